@@ -1,0 +1,1 @@
+"""RQ entry points: plain importable functions that take ids, make one move and enqueue the next."""

@@ -1,0 +1,65 @@
+"""The move job and the sweeper job. Both run inside the worker's app context (see webapp.worker)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from rq import get_current_job
+
+from webapp.agent import sweeper
+from webapp.agent.moves import advance
+from webapp.extensions import db
+from webapp.queue import move_job_id
+from webapp.services import services
+
+log = logging.getLogger(__name__)
+
+
+def advance_conversation(conversation_id: int, version: int) -> str:
+    """Make the conversation's next move if it is still at this version; enqueue the one after."""
+    desk = services()
+    job = get_current_job()
+    owner = f"{socket.gethostname()}:{os.getpid()}:{job.id if job else 'inline'}"
+    try:
+        result = advance(
+            db.session,
+            conversation_id,
+            version,
+            owner=owner,
+            make_loop=desk.loop,
+            lease_seconds=desk.config.lease_seconds,
+            final_attempt=not (job and job.retries_left),
+        )
+    finally:
+        db.session.remove()
+    if result.next_version is not None:
+        desk.dispatcher.enqueue_move(conversation_id, result.next_version)
+    return result.outcome
+
+
+def sweep() -> int:
+    """Re-enqueue every conversation that should be moving but has no live move; returns how many."""
+    desk = services()
+    dispatcher = desk.dispatcher
+    recovered = []
+    try:
+        for conversation in sweeper.stalled(db.session, grace_seconds=desk.config.sweep_interval_seconds):
+            cid = conversation.id
+
+            def alive(version: int, recoveries: int, cid=cid) -> bool:
+                return dispatcher.job_alive(move_job_id(cid, version)) or (
+                    recoveries > 0 and dispatcher.job_alive(move_job_id(cid, version, recoveries))
+                )
+
+            claim = sweeper.recover(db.session, conversation, alive)
+            db.session.commit()
+            if claim:
+                recovered.append((cid, *claim))
+    finally:
+        db.session.remove()
+    for cid, version, recovery in recovered:
+        dispatcher.enqueue_move(cid, version, recovery)
+        log.info("sweeper re-enqueued conversation %s at version %s", cid, version)
+    return len(recovered)

@@ -1,0 +1,53 @@
+"""The approval desk for AI agents. create_app() is the only wiring point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask import Flask
+from htmx_flask import Htmx
+
+from webapp.config import Config
+from webapp.database import engine_options, prepare_engine
+from webapp.extensions import db, migrate
+from webapp.queue import Dispatcher
+from webapp.services import Services
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def create_app(config: Config | None = None) -> Flask:
+    """A configured app: database, queue, tools and blueprints, from the environment by default."""
+    config = config or Config.from_env()
+    app = Flask(
+        __name__,
+        instance_path=str(config.instance_path),
+        template_folder=str(ROOT / "templates"),
+        static_folder=str(ROOT / "static"),
+    )
+    app.config.update(
+        SECRET_KEY=config.secret_key,
+        SQLALCHEMY_DATABASE_URI=config.database_url,
+        SQLALCHEMY_ENGINE_OPTIONS=engine_options(config.database_url),
+        MAX_CONTENT_LENGTH=config.max_request_bytes,
+    )
+    app.json.sort_keys = False
+    config.instance_path.mkdir(parents=True, exist_ok=True)
+    db.init_app(app)
+    migrate.init_app(app, db, directory=str(Path(__file__).parent / "migrations"))
+    Htmx(app)
+    with app.app_context():
+        prepare_engine(db.engine)
+
+    from webapp.tools.billing import demo_registry
+
+    app.extensions["desk"] = Services(config=config, dispatcher=Dispatcher(config), tools=demo_registry())
+
+    from webapp import api, cli, errors, health, pages
+
+    app.register_blueprint(api.bp)
+    app.register_blueprint(health.bp)
+    app.register_blueprint(pages.bp)
+    cli.register(app)
+    errors.register(app)
+    return app

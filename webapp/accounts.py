@@ -1,0 +1,85 @@
+"""People and API tokens: creating users, issuing tokens, and resolving a bearer token to a user."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from webapp.models import ROLES, ApiToken, Tenant, User
+
+EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,189}\.[^@\s]{2,}$")
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+class AccountError(ValueError):
+    """A request about accounts that cannot be honoured; the message says what to fix."""
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def get_or_create_tenant(session: Session, slug: str, name: str | None = None) -> Tenant:
+    if not SLUG_RE.match(slug or ""):
+        raise AccountError(f"tenant slug {slug!r} must be lowercase letters, digits and dashes, e.g. acme")
+    tenant = session.scalar(select(Tenant).where(Tenant.slug == slug))
+    if tenant is None:
+        tenant = Tenant(slug=slug, name=name or slug.capitalize())
+        session.add(tenant)
+        session.flush()
+    return tenant
+
+
+def create_user(
+    session: Session, email: str, password: str, roles: list[str], tenant: Tenant, display_name: str = ""
+) -> User:
+    """A new active user; AccountError when the email, password or roles are not acceptable."""
+    email = (email or "").strip().lower()
+    if not EMAIL_RE.match(email):
+        raise AccountError(f"{email!r} is not an email address")
+    if len(password or "") < 8:
+        raise AccountError("the password must be at least 8 characters")
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown or not roles:
+        raise AccountError(f"roles must be among {', '.join(ROLES)}; got {', '.join(unknown) or 'none'}")
+    if session.scalar(select(User.id).where(User.email == email)) is not None:
+        raise AccountError(f"a user with email {email} already exists")
+    user = User(
+        email=email,
+        password_hash=generate_password_hash(password),  # scrypt: memory-hard
+        roles=sorted(set(roles), key=ROLES.index),
+        tenant_id=tenant.id,
+        display_name=display_name,
+    )
+    session.add(user)
+    session.flush()
+    return user
+
+
+def check_password(user: User, password: str) -> bool:
+    return bool(user.password_hash) and check_password_hash(user.password_hash, password)
+
+
+def create_token(session: Session, user: User) -> str:
+    """A new API token for the user; only its hash is stored, so this is the one time it is seen."""
+    token = "adk_" + secrets.token_urlsafe(32)
+    session.add(ApiToken(user_id=user.id, token_hash=hash_token(token)))
+    session.flush()
+    return token
+
+
+def user_for_token(session: Session, token: str) -> User | None:
+    """The active user a bearer token belongs to, or None."""
+    if not token or len(token) > 200:
+        return None
+    row = session.scalar(
+        select(ApiToken).where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
+    )
+    if row is None or not row.user.active:
+        return None
+    return row.user

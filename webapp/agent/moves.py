@@ -1,0 +1,246 @@
+"""One move of a conversation under a lease, in two commits, and the wake-ups around it.
+
+advance() is what a job runs: claim the conversation's lease for the version the job was enqueued
+for (a stale or duplicate job finds nothing to claim and exits), decide the move and make whatever
+must be durable before a side effect (a tool call marked running, the model request read), commit;
+then do the work and commit its result together with the lease's release, guarded so that a worker
+that lost its lease writes nothing. The caller enqueues the next move for the version returned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from webapp.agent.loop import Loop
+from webapp.agent.states import IDLE, MOVING, CallStatus, ConversationStatus
+from webapp.llm.client import ModelError
+from webapp.models import Conversation, ToolCall, utcnow
+
+log = logging.getLogger(__name__)
+
+WAITING_CALLS = (CallStatus.AWAITING_APPROVAL,)
+AWAITING = (ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TASK)
+PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
+
+
+class TransientMoveError(Exception):
+    """The move failed on a transient model error; its lease is released and it may be retried."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass(frozen=True)
+class MoveResult:
+    """What a job did, and the version to enqueue the next move for (None: nothing to enqueue)."""
+
+    outcome: str  # skipped | lost_lease | a Move kind | failed
+    next_version: int | None = None
+
+
+LoopFactory = Callable[[Session, Conversation, Callable[[], bool]], Loop]
+
+
+def advance(
+    session: Session,
+    conversation_id: int,
+    version: int,
+    *,
+    owner: str,
+    make_loop: LoopFactory,
+    lease_seconds: float,
+    final_attempt: bool = True,
+) -> MoveResult:
+    """Make one move of the conversation if this job may; see the module docstring."""
+    lease = timedelta(seconds=lease_seconds)
+    claimed = session.execute(
+        update(Conversation)
+        .where(
+            Conversation.id == conversation_id,
+            Conversation.version == version,
+            Conversation.status.in_(MOVING),
+            or_(Conversation.lease_expires_at.is_(None), Conversation.lease_expires_at < utcnow()),
+        )
+        .values(lease_owner=owner, lease_expires_at=utcnow() + lease, status=ConversationStatus.RUNNING)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if not claimed:
+        session.rollback()
+        return MoveResult("skipped")
+
+    conversation = session.get(Conversation, conversation_id, populate_existing=True)
+    watcher = _LeaseWatcher(session, conversation_id, owner, lease)
+    loop = make_loop(session, conversation, watcher.should_stop)
+    move = loop.next_move()
+    loop.begin(move)
+    session.commit()  # commit 1: the claim, and what must be durable before a side effect
+
+    try:
+        loop.perform(move)
+    except ModelError as error:
+        session.rollback()
+        if error.transient and not final_attempt:
+            _release(session, conversation_id, owner)
+            raise TransientMoveError(error) from error
+        return _fail(session, conversation_id, version, owner, error.code, error.message)
+    except Exception:
+        session.rollback()
+        log.exception("move of conversation %s failed", conversation_id)
+        _fail(session, conversation_id, version, owner, "internal_error",
+              "Something went wrong on our side while the assistant worked; retry, or tell an admin.")
+        raise
+
+    guards = [Conversation.lease_owner == owner, Conversation.version == version]
+    if move.parks:
+        # Park only if nothing changed meanwhile: no cancel asked, and for a wait no call decided since.
+        guards.append(Conversation.cancel_requested_at.is_(None))
+    if move.kind == "wait":
+        waiting_now = (
+            select(func.count())
+            .select_from(ToolCall)
+            .where(ToolCall.conversation_id == conversation_id, ToolCall.status.in_(WAITING_CALLS))
+            .scalar_subquery()
+        )
+        guards.append(waiting_now == move.waiting_count)
+    finished = session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id, *guards)
+        .values(version=Conversation.version + 1, lease_owner=None, lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if not finished:
+        session.rollback()
+        if move.parks and _requeue(session, conversation_id, version, owner):
+            return MoveResult("requeued", version + 1)
+        return MoveResult("lost_lease")
+    status = conversation.status
+    session.commit()  # commit 2: the move's result and the lease's release
+    return MoveResult(move.kind, version + 1 if status == ConversationStatus.QUEUED else None)
+
+
+class _LeaseWatcher:
+    """Checked between streamed chunks: is a cancel asked? It also renews the lease while streaming."""
+
+    def __init__(self, session: Session, conversation_id: int, owner: str, lease: timedelta) -> None:
+        self.engine = session.get_bind()
+        self.conversation_id = conversation_id
+        self.owner = owner
+        self.lease = lease
+        self.renewed_at = utcnow()
+
+    def should_stop(self) -> bool:
+        with self.engine.begin() as connection:  # its own short transaction, never the session's
+            if utcnow() - self.renewed_at > self.lease / 3:
+                connection.execute(
+                    update(Conversation)
+                    .where(Conversation.id == self.conversation_id, Conversation.lease_owner == self.owner)
+                    .values(lease_expires_at=utcnow() + self.lease)
+                )
+                self.renewed_at = utcnow()
+            return connection.scalar(
+                select(Conversation.cancel_requested_at).where(Conversation.id == self.conversation_id)
+            ) is not None
+
+
+def _release(session: Session, conversation_id: int, owner: str) -> None:
+    session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id, Conversation.lease_owner == owner)
+        .values(lease_owner=None, lease_expires_at=None, status=ConversationStatus.QUEUED)
+    )
+    session.commit()
+
+
+def _requeue(session: Session, conversation_id: int, version: int, owner: str) -> bool:
+    done = session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id, Conversation.lease_owner == owner,
+               Conversation.version == version)
+        .values(version=version + 1, lease_owner=None, lease_expires_at=None,
+                status=ConversationStatus.QUEUED, updated_at=utcnow())
+    ).rowcount
+    session.commit()
+    return bool(done)
+
+
+def _fail(session: Session, conversation_id: int, version: int, owner: str, code: str, message: str) -> MoveResult:
+    session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id, Conversation.lease_owner == owner,
+               Conversation.version == version)
+        .values(version=version + 1, lease_owner=None, lease_expires_at=None, status=ConversationStatus.FAILED,
+                error_code=code, error_message=message, updated_at=utcnow())
+    )
+    session.commit()
+    return MoveResult("failed")
+
+
+# --- wake-ups from outside a move (web requests, decisions, the sweeper) --------------------------
+
+
+def wake(session: Session, conversation: Conversation, from_statuses=AWAITING) -> int | None:
+    """Move a parked conversation back to queued (compare-and-set); returns the version to enqueue.
+
+    The caller commits, then enqueues. None when the conversation was not in one of from_statuses
+    (a running move will pick up the change itself)."""
+    version = conversation.version
+    done = session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation.id, Conversation.version == version,
+               Conversation.status.in_(from_statuses))
+        .values(version=version + 1, status=ConversationStatus.QUEUED, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if not done:
+        return None
+    session.refresh(conversation)
+    return version + 1
+
+
+def start_run(session: Session, conversation: Conversation) -> int:
+    """After ask_later: bump the version for the new run's first move; returns the version to enqueue."""
+    conversation.version += 1
+    conversation.updated_at = utcnow()
+    session.flush()
+    return conversation.version
+
+
+def request_cancel(session: Session, conversation: Conversation, by_user_id: int | None) -> int | None:
+    """Ask the conversation to stop. A parked one gets a move to settle it (returns its version);
+    a moving one honours the flag at its next checkpoint."""
+    if conversation.status in IDLE - {ConversationStatus.BUDGET_EXHAUSTED}:
+        raise ValueError("nothing to cancel")
+    session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation.id, Conversation.cancel_requested_at.is_(None))
+        .values(cancel_requested_at=utcnow(), cancel_requested_by_id=by_user_id)
+        .execution_options(synchronize_session=False)
+    )
+    session.refresh(conversation)
+    return wake(session, conversation, from_statuses=PARKED)
+
+
+def retry(session: Session, conversation: Conversation) -> int | None:
+    """Re-queue a failed conversation; returns the version to enqueue, None if it had not failed."""
+    version = wake(session, conversation, from_statuses=(ConversationStatus.FAILED,))
+    if version is not None:
+        conversation.error_code = conversation.error_message = None
+    return version
+
+
+def extend_budget(session: Session, conversation: Conversation, moves: int = 0, tokens: int = 0) -> int | None:
+    """Give a budget-exhausted conversation more room and resume it; returns the version to enqueue."""
+    if conversation.status != ConversationStatus.BUDGET_EXHAUSTED:
+        return None
+    conversation.move_budget = max(conversation.move_budget, conversation.moves_used) + moves
+    if conversation.token_budget:
+        conversation.token_budget = max(conversation.token_budget, conversation.run_tokens) + tokens
+    session.flush()
+    return wake(session, conversation, from_statuses=(ConversationStatus.BUDGET_EXHAUSTED,))

@@ -1,0 +1,62 @@
+"""Finding conversations that should be moving but are not, and handing them a fresh move.
+
+A worker that died holds a lease that expires; a job that Redis lost (or that was never enqueued
+because the process died between commit and enqueue) leaves a queued conversation with no job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.orm import Session
+
+from webapp.agent.states import MOVING, ConversationStatus
+from webapp.models import Conversation, utcnow
+
+
+def stalled(session: Session, grace_seconds: float, limit: int = 500) -> list[Conversation]:
+    """Conversations whose lease expired, or queued without a lease for longer than the grace."""
+    now = utcnow()
+    return list(
+        session.scalars(
+            select(Conversation)
+            .where(
+                Conversation.status.in_(MOVING),
+                or_(
+                    Conversation.lease_expires_at < now,
+                    and_(
+                        Conversation.lease_owner.is_(None),
+                        Conversation.updated_at < now - timedelta(seconds=grace_seconds),
+                    ),
+                ),
+            )
+            .order_by(Conversation.updated_at)
+            .limit(limit)
+        )
+    )
+
+
+def recover(
+    session: Session, conversation: Conversation, job_alive: Callable[[int, int], bool]
+) -> tuple[int, int] | None:
+    """Claim the right to re-enqueue this conversation's move (compare-and-set on its recovery
+    counter); returns (version, recovery number) to enqueue after commit, or None to leave it."""
+    lease_expired = conversation.lease_expires_at is not None and conversation.lease_expires_at < utcnow()
+    if not lease_expired and job_alive(conversation.version, conversation.recoveries):
+        return None
+    recovery = conversation.recoveries + 1
+    done = session.execute(
+        update(Conversation)
+        .where(
+            Conversation.id == conversation.id,
+            Conversation.version == conversation.version,
+            Conversation.recoveries == conversation.recoveries,
+            Conversation.status.in_(MOVING),
+        )
+        .values(recoveries=recovery, lease_owner=None, lease_expires_at=None,
+                status=ConversationStatus.QUEUED, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    return (conversation.version, recovery) if done else None

