@@ -62,7 +62,7 @@ def decide(
     else:
         values.update(
             status=CallStatus.REJECTED,
-            result=RESULT_REJECTED.format(who=reviewer.label, reason=reason),
+            result=RESULT_REJECTED.format(who=who(reviewer), reason=reason),
             is_error=True,
             finished_at=now,
         )
@@ -81,5 +81,9 @@ def decide(
 def already_decided(call: ToolCall) -> DecisionError:
     if call.decided_by is not None:
         when = call.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-        return DecisionError("already_decided", f"Already decided by {call.decided_by.label} at {when}.")
+        return DecisionError("already_decided", f"Already decided by {who(call.decided_by)} at {when}.")
     return DecisionError("already_decided", f"This call no longer waits for a decision (it is {call.status}).")
+
+
+def who(user: User) -> str:
+    return f"{user.display_name} ({user.email})" if user.display_name else user.email

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
-from webapp.agent.transcript import api_messages, text_of, tool_uses
+from webapp.agent.transcript import api_messages, tool_uses
 from webapp.llm.client import ModelClient, ModelReply
 from webapp.models import Conversation, Message, ModelCall, ToolCall, User, utcnow
 from webapp.tools.registry import ToolContext, ToolRegistry

@@ -5,8 +5,8 @@ Revises:
 Create Date: 2026-11-29 15:50:26.518353
 
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.

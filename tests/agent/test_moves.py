@@ -1,0 +1,215 @@
+"""One move under a lease: claims, two commits, stale jobs, lost leases, errors and wake-ups."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from tests.model_server import Fault, Reply
+from tests.replies import reply, tool_use
+from webapp.agent import moves
+from webapp.agent.decisions import arguments_hash, decide
+from webapp.agent.loop import Loop
+from webapp.agent.moves import TransientMoveError, advance
+from webapp.models import Conversation, Refund, ToolCall, User, utcnow
+
+REFUND = {"invoice_id": 4471, "amount_cents": 700, "reason": "late delivery"}
+
+
+@pytest.fixture
+def mover(session):
+    """mover(loop) -> advance(...) for that loop's conversation, at its current version by default."""
+
+    def run(loop: Loop, owner: str = "worker-1", final_attempt: bool = True, version: int | None = None):
+        def make_loop(session_, conversation, should_stop):
+            return Loop(session_, conversation, model=loop.model, tools=loop.tools, settings=loop.settings,
+                        should_stop=should_stop)
+
+        session.refresh(loop.conversation)
+        return advance(session, loop.conversation.id,
+                       loop.conversation.version if version is None else version,
+                       owner=owner, make_loop=make_loop, lease_seconds=30, final_attempt=final_attempt)
+
+    return run
+
+
+def started(session, new_loop, text="Show invoices for customer 4471", **kw) -> Loop:
+    loop = new_loop(**kw)
+    loop.ask_later(text)
+    moves.start_run(session, loop.conversation)
+    session.commit()
+    return loop
+
+
+def test_each_move_advances_the_version_and_returns_the_next_one_to_enqueue(session, new_loop, mover, model):
+    loop = started(session, new_loop)
+    results = []
+    while True:
+        result = mover(loop)
+        results.append(result.outcome)
+        if result.next_version is None:
+            break
+        session.refresh(loop.conversation)
+        assert result.next_version == loop.conversation.version
+    assert results == ["generate", "run_tool", "generate"]
+    session.refresh(loop.conversation)
+    assert loop.conversation.status == "completed"
+    assert loop.conversation.lease_owner is None
+
+
+def test_a_stale_or_duplicate_job_finds_nothing_to_do(session, new_loop, mover, model):
+    loop = started(session, new_loop)
+    version = loop.conversation.version
+    assert mover(loop, version=version).outcome == "generate"
+    assert mover(loop, version=version).outcome == "skipped"  # the same job delivered twice
+    assert mover(loop, version=version + 5).outcome == "skipped"
+    assert len(model.requests) == 1
+
+
+def test_a_held_lease_keeps_a_second_mover_out(session, new_loop, mover, model):
+    loop = started(session, new_loop)
+    loop.conversation.lease_owner = "someone-else"
+    loop.conversation.lease_expires_at = utcnow() + timedelta(seconds=30)
+    session.commit()
+    assert mover(loop).outcome == "skipped"
+    assert model.requests == []
+
+
+def test_after_a_crash_the_claimed_call_reruns_with_its_key_and_does_not_refund_twice(
+    session, new_loop, mover, model
+):
+    model.enqueue(Reply.message(reply(tool_use("issue_refund", REFUND))))
+    loop = started(session, new_loop, "refund")
+    mover(loop)  # generate: the refund waits for a decision
+    (call,) = session.scalars(select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id))
+    reviewer = session.scalar(select(User).where(User.email == "reviewer@acme.test"))
+    decide(session, call, reviewer, approve=True, arguments_seen=arguments_hash(call.input))
+    session.commit()
+    # A worker claimed the call and did the refund, then died before recording the result.
+    call.status, call.attempts = "running", 1
+    session.add(Refund(tenant_id=call.tenant_id, invoice_id=4471, amount_cents=700, reason="late delivery",
+                       idempotency_key=f"toolcall-{call.id}", created_by_id=call.acting_user_id))
+    conversation = loop.conversation
+    conversation.status, conversation.lease_owner = "running", "dead-worker"
+    conversation.lease_expires_at = utcnow() - timedelta(seconds=1)
+    session.commit()
+
+    assert mover(loop).outcome == "run_tool"
+    session.refresh(call)
+    assert call.status == "succeeded" and call.attempts == 2
+    assert '"already_existed": true' in call.result
+    assert session.scalar(select(func.count(Refund.id))) == 1
+
+
+def test_a_transient_model_error_releases_the_lease_for_a_retry(session, new_loop, mover, model):
+    loop = started(session, new_loop)
+    version = loop.conversation.version
+    model.enqueue(Fault.status(529, error_type="overloaded_error"))
+    with pytest.raises(TransientMoveError):
+        mover(loop, final_attempt=False)
+    session.refresh(loop.conversation)
+    assert (loop.conversation.status, loop.conversation.lease_owner) == ("queued", None)
+    assert loop.conversation.version == version  # the retried job still matches
+    assert mover(loop, version=version).outcome == "generate"
+
+
+def test_a_transient_error_on_the_last_attempt_fails_the_conversation_in_words(session, new_loop, mover, model):
+    loop = started(session, new_loop)
+    model.enqueue(Fault.status(529, error_type="overloaded_error"))
+    assert mover(loop, final_attempt=True).outcome == "failed"
+    session.refresh(loop.conversation)
+    assert loop.conversation.status == "failed"
+    assert loop.conversation.error_message == "The model service is overloaded; retrying later."
+
+
+def test_a_permanent_model_error_fails_at_once_and_retry_requeues(session, new_loop, mover, model):
+    loop = started(session, new_loop)
+    model.enqueue(Fault.status(401, error_type="authentication_error"))
+    assert mover(loop, final_attempt=False).outcome == "failed"
+    session.refresh(loop.conversation)
+    assert loop.conversation.error_code == "key_invalid"
+    assert "ANTHROPIC_API_KEY" in loop.conversation.error_message
+    assert moves.retry(session, loop.conversation) is not None
+    session.commit()
+    assert loop.conversation.error_message is None
+    assert mover(loop).outcome == "generate"
+
+
+def test_a_decision_landing_while_a_move_parks_wakes_the_conversation_instead(
+    session, new_loop, mover, model, engine
+):
+    model.enqueue(Reply.message(reply(tool_use("issue_refund", REFUND))))
+    loop = started(session, new_loop, "refund")
+    mover(loop)  # generate; the next move will find the refund awaiting a decision
+    original_perform = Loop.perform
+
+    def perform_with_a_decision_meanwhile(self, move):
+        with Session(engine) as other:  # another process decides between our look and our commit
+            call = other.scalar(select(ToolCall).where(ToolCall.conversation_id == self.conversation.id))
+            reviewer = other.scalar(select(User).where(User.email == "reviewer@acme.test"))
+            decide(other, call, reviewer, approve=True, arguments_seen=arguments_hash(call.input))
+            other.commit()
+        original_perform(self, move)
+
+    Loop.perform = perform_with_a_decision_meanwhile
+    try:
+        result = mover(loop)
+    finally:
+        Loop.perform = original_perform
+    assert result.outcome == "requeued" and result.next_version is not None
+    session.refresh(loop.conversation)
+    assert loop.conversation.status == "queued"
+    assert mover(loop).outcome == "run_tool"
+    assert session.scalar(select(func.count(Refund.id))) == 1
+
+
+def test_cancel_wakes_a_parked_conversation_and_its_next_move_settles_it(session, new_loop, mover, model):
+    model.enqueue(Reply.message(reply(tool_use("issue_refund", REFUND))))
+    loop = started(session, new_loop, "refund")
+    mover(loop)
+    assert mover(loop).outcome == "wait"
+    session.refresh(loop.conversation)
+    assert loop.conversation.status == "awaiting_approval"
+    version = moves.request_cancel(session, loop.conversation, by_user_id=None)
+    session.commit()
+    assert version == loop.conversation.version
+    assert mover(loop).outcome == "cancel"
+    session.refresh(loop.conversation)
+    assert loop.conversation.status == "cancelled"
+    with pytest.raises(ValueError):
+        moves.request_cancel(session, loop.conversation, by_user_id=None)
+
+
+def test_a_move_writes_only_what_is_new(session, new_loop, mover, model, engine):
+    loop = started(session, new_loop)
+    mover(loop)
+    statements: list[str] = []
+    from sqlalchemy import event
+
+    def record(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
+            statements.append(statement.split("(")[0].split(" SET")[0].strip())
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        mover(loop)  # one tool run
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert not any(s.startswith("DELETE") for s in statements)
+    assert "UPDATE messages" not in statements  # history is never rewritten
+    assert [s for s in statements if s.startswith("INSERT")] == ["INSERT INTO messages"]  # the round's results
+    assert set(statements) == {"UPDATE conversations", "UPDATE tool_calls", "INSERT INTO messages"}
+
+
+def test_conversation_rows_never_leak_into_another_conversation(session, new_loop, mover, model):
+    first, second = started(session, new_loop), started(session, new_loop)
+    for loop in (first, second):
+        while mover(loop).next_version is not None:
+            pass
+    for loop in (first, second):
+        assert {c.conversation_id for c in session.scalars(select(ToolCall).where(
+            ToolCall.conversation_id == loop.conversation.id))} == {loop.conversation.id}
+    assert session.scalar(select(func.count(Conversation.id))) == 2

