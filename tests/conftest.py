@@ -145,6 +145,17 @@ def clean(engine, base_env):
 
 
 @pytest.fixture
+def read(engine, clean) -> Callable:
+    """read(lambda s: s.scalar(...)): a query in its own short session, so no lock outlives it."""
+
+    def run(query: Callable[[Session], object]):
+        with Session(engine, expire_on_commit=False) as short:
+            return query(short)
+
+    return run
+
+
+@pytest.fixture
 def session(engine, clean) -> Iterator[Session]:
     """A plain SQLAlchemy session (no Flask) on the test database."""
     with Session(engine, expire_on_commit=False) as session:
@@ -198,10 +209,19 @@ class _AsUser:
         self.headers = {"Authorization": f"Bearer {token}"}
 
     def get(self, url, **kw):
-        return self.client.get(url, headers=self.headers, **kw)
+        return self._done(self.client.get(url, headers=self.headers, **kw))
 
     def post(self, url, **kw):
-        return self.client.post(url, headers=self.headers, **kw)
+        return self._done(self.client.post(url, headers=self.headers, **kw))
+
+    @staticmethod
+    def _done(response):
+        # The test holds the app context open, so Flask would keep the request's session (and, on
+        # SQLite, its write lock) until the test ends; a real request ends it at teardown.
+        from webapp.extensions import db
+
+        db.session.remove()
+        return response
 
 
 class WorkerProcess:
@@ -260,3 +280,4 @@ def workers(env, tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for worker in started:
         worker.stop()
+        print(f"--- {worker.log_path.name} ---\n{worker.output()[-4000:]}")  # shown when a test fails
