@@ -26,8 +26,15 @@ from webapp.models import Base
 ROOT = Path(__file__).resolve().parent.parent
 # Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
 RUNTIME_TABLES = [
-    "model_calls", "tool_calls", "messages", "conversations", "refunds", "outgoing_emails",
-    "subscriptions", "invoices", "customers",
+    "model_calls",
+    "tool_calls",
+    "messages",
+    "conversations",
+    "refunds",
+    "outgoing_emails",
+    "subscriptions",
+    "invoices",
+    "customers",
 ]
 
 
@@ -112,7 +119,9 @@ def model() -> Iterator[ModelServer]:
     """The model behind a real local HTTP endpoint; every request the app sent must have been valid."""
     with ModelServer() as server:
         yield server
-    assert not server.invalid_requests, f"the app sent invalid Messages API requests: {server.invalid_requests}"
+    assert not server.invalid_requests, (
+        f"the app sent invalid Messages API requests: {server.invalid_requests}"
+    )
 
 
 @pytest.fixture
@@ -172,6 +181,19 @@ def app(env, clean):
         yield app
         db.session.remove()
         db.engine.dispose()
+
+
+@pytest.fixture
+def cli(app) -> Callable:
+    """cli("seed-demo", ...) runs a command as `flask --app webapp ...` would; its session ends with it."""
+    from webapp.extensions import db
+
+    def invoke(*args: str):
+        result = app.test_cli_runner().invoke(args=list(args))
+        db.session.remove()
+        return result
+
+    return invoke
 
 
 @pytest.fixture
@@ -272,8 +294,11 @@ def workers(env, tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
         before = Worker.count(connection=connection)
         worker = WorkerProcess({**env, **overrides}, tmp_path / f"worker-{len(started)}.log")
         started.append(worker)
-        wait_until(lambda: Worker.count(connection=connection) > before or worker.process.poll() is not None,
-                   30, "a worker to register")
+        wait_until(
+            lambda: Worker.count(connection=connection) > before or worker.process.poll() is not None,
+            30,
+            "a worker to register",
+        )
         assert worker.process.poll() is None, worker.output()
         return worker
 

@@ -12,7 +12,12 @@ def text(value: str) -> dict:
 
 
 def tool_use(name: str, tool_input: dict, tool_use_id: str | None = None) -> dict:
-    return {"type": "tool_use", "id": tool_use_id or f"toolu_test_{next(_ids)}", "name": name, "input": tool_input}
+    return {
+        "type": "tool_use",
+        "id": tool_use_id or f"toolu_test_{next(_ids)}",
+        "name": name,
+        "input": tool_input,
+    }
 
 
 def reply(*blocks: dict, stop_reason: str | None = None) -> dict:
@@ -27,6 +32,10 @@ def reply(*blocks: dict, stop_reason: str | None = None) -> dict:
         "content": list(blocks),
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0,
-                  "cache_read_input_tokens": 80},
+        "usage": {
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 80,
+        },
     }

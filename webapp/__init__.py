@@ -7,7 +7,7 @@ from pathlib import Path
 from flask import Flask
 from htmx_flask import Htmx
 
-from webapp.config import Config
+from webapp.config import Config, ConfigError
 from webapp.database import engine_options, prepare_engine
 from webapp.extensions import db, migrate
 from webapp.queue import Dispatcher
@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def create_app(config: Config | None = None) -> Flask:
     """A configured app: database, queue, tools and blueprints, from the environment by default."""
-    config = config or Config.from_env()
+    if config is None:
+        try:
+            config = Config.from_env()
+        except ConfigError as exc:  # at boot, a sentence beats a traceback
+            raise SystemExit(f"Configuration error: {exc}") from None
     app = Flask(
         __name__,
         instance_path=str(config.instance_path),

@@ -96,7 +96,9 @@ def text_field(body: dict, name: str, max_chars: int, required: bool = True) -> 
 
 def conversation_or_404(conversation_id: int) -> Conversation:
     conversation = db.session.scalar(
-        select(Conversation).where(Conversation.id == conversation_id, Conversation.tenant_id == g.user.tenant_id)
+        select(Conversation).where(
+            Conversation.id == conversation_id, Conversation.tenant_id == g.user.tenant_id
+        )
     )
     if conversation is None:
         raise ApiError(404, "not_found", f"No conversation {conversation_id} in your account.")
@@ -165,7 +167,9 @@ def cancel_conversation(conversation_id: int):
     try:
         version = moves.request_cancel(db.session, conversation, g.user.id)
     except ValueError:
-        raise ApiError(409, "not_running", f"The conversation is {conversation.status}; nothing to stop.") from None
+        raise ApiError(
+            409, "not_running", f"The conversation is {conversation.status}; nothing to stop."
+        ) from None
     db.session.commit()
     enqueue(conversation.id, version)
     return jsonify(id=conversation.id, status=conversation.status, cancel_requested=True), 202
@@ -178,7 +182,9 @@ def retry_conversation(conversation_id: int):
     conversation = conversation_or_404(conversation_id)
     version = moves.retry(db.session, conversation)
     if version is None:
-        raise ApiError(409, "not_failed", f"The conversation is {conversation.status}; only a failed one is retried.")
+        raise ApiError(
+            409, "not_failed", f"The conversation is {conversation.status}; only a failed one is retried."
+        )
     db.session.commit()
     enqueue(conversation.id, version)
     return jsonify(id=conversation.id, status=conversation.status), 202
@@ -233,7 +239,9 @@ def decide_approval(tool_call_id: int):
         raise ApiError(404, "not_found", f"No tool call {tool_call_id} in your account.")
     seen = body.get("arguments_hash") or arguments_hash(call.input)
     try:
-        version = decide(db.session, call, g.user, approve=decision == "approve", arguments_seen=seen, reason=reason)
+        version = decide(
+            db.session, call, g.user, approve=decision == "approve", arguments_seen=seen, reason=reason
+        )
     except DecisionError as exc:
         status = {"not_allowed": 403, "reason_required": 422}.get(exc.code, 409)
         raise ApiError(status, exc.code, exc.message) from None

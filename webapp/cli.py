@@ -21,13 +21,21 @@ def register(app: Flask) -> None:
         db.session.commit()
         click.echo("Demo logins (password for all: see below):")
         for login in logins:
-            click.echo(f"  {login['email']:<24} {','.join(login['roles']):<10} tenant={login['tenant']}  "
-                       f"password={login['password']}")
+            click.echo(
+                f"  {login['email']:<24} {','.join(login['roles']):<10} tenant={login['tenant']}  "
+                f"password={login['password']}"
+            )
 
     @app.cli.command("create-user")
     @click.argument("email")
-    @click.option("--role", "roles", multiple=True, required=True, type=click.Choice(ROLES),
-                  help="Repeat for several roles.")
+    @click.option(
+        "--role",
+        "roles",
+        multiple=True,
+        required=True,
+        type=click.Choice(ROLES),
+        help="Repeat for several roles.",
+    )
     @click.option("--tenant", "tenant_slug", required=True, help="Tenant slug; created if missing.")
     @click.option("--password", required=True, help="At least 8 characters.")
     @click.option("--name", "display_name", default="", help="Display name.")

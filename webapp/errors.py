@@ -29,7 +29,9 @@ def register(app) -> None:
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):
         if request.path.startswith("/api/"):
-            return json_error(exc.code or 500, exc.name.lower().replace(" ", "_"), exc.description or exc.name)
+            return json_error(
+                exc.code or 500, exc.name.lower().replace(" ", "_"), exc.description or exc.name
+            )
         return render_template("error.html", title=exc.name, message=exc.description), exc.code
 
     @app.errorhandler(Exception)

@@ -65,7 +65,9 @@ class Dispatcher:
                 version,
                 job_id=move_job_id(conversation_id, version, recovery),
                 unique=True,
-                retry=Retry(max=retries, interval=list(self.config.move_retry_intervals)) if retries else None,
+                retry=Retry(max=retries, interval=list(self.config.move_retry_intervals))
+                if retries
+                else None,
                 job_timeout=max(600, int(self.config.model_timeout_seconds * 4)),
                 result_ttl=300,
                 failure_ttl=7 * 24 * 3600,
@@ -78,8 +80,9 @@ class Dispatcher:
         from jobs.moves import sweep
 
         try:
-            self.queue.enqueue(sweep, job_id=f"sweep-{bucket}", unique=True, at_front=True, result_ttl=60,
-                               job_timeout=300)
+            self.queue.enqueue(
+                sweep, job_id=f"sweep-{bucket}", unique=True, at_front=True, result_ttl=60, job_timeout=300
+            )
         except DuplicateJobError:
             return False
         return True

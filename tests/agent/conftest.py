@@ -15,8 +15,9 @@ from webapp.tools.billing import demo_registry
 
 @pytest.fixture
 def model_client(model) -> ModelClient:
-    sdk = anthropic.Anthropic(api_key="test-key", base_url=model.url, max_retries=0, timeout=5,
-                              http_client=httpx2.Client())
+    sdk = anthropic.Anthropic(
+        api_key="test-key", base_url=model.url, max_retries=0, timeout=5, http_client=httpx2.Client()
+    )
     return ModelClient(sdk, "claude-test", 1024)
 
 
@@ -30,11 +31,22 @@ def new_loop(session, agent, model_client):
     """new_loop() -> a Loop over a fresh conversation of agent@acme.test."""
 
     def make(move_budget: int = 25, token_budget: int = 0, should_stop=None) -> Loop:
-        conversation = Conversation(tenant_id=agent.tenant_id, user_id=agent.id, status="queued",
-                                    move_budget=move_budget, token_budget=token_budget)
+        conversation = Conversation(
+            tenant_id=agent.tenant_id,
+            user_id=agent.id,
+            status="queued",
+            move_budget=move_budget,
+            token_budget=token_budget,
+        )
         session.add(conversation)
         session.flush()
-        return Loop(session, conversation, model=model_client, tools=demo_registry(),
-                    settings=LoopSettings(tool_output_limit=4000), should_stop=should_stop)
+        return Loop(
+            session,
+            conversation,
+            model=model_client,
+            tools=demo_registry(),
+            settings=LoopSettings(tool_output_limit=4000),
+            should_stop=should_stop,
+        )
 
     return make

@@ -16,8 +16,11 @@ from webapp.models import Message, Refund, ToolCall, User
 
 
 def calls_of(session, loop) -> list[ToolCall]:
-    return list(session.scalars(
-        select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id).order_by(ToolCall.id)))
+    return list(
+        session.scalars(
+            select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id).order_by(ToolCall.id)
+        )
+    )
 
 
 def transcript(loop) -> list[dict]:
@@ -38,11 +41,15 @@ def test_ask_later_stages_a_user_message_without_calling_the_model(new_loop, mod
 
 
 def test_generate_appends_the_reply_and_one_tool_call_row_per_tool_use(session, new_loop, model):
-    model.enqueue(Reply.message(reply(
-        text("Looking both up."),
-        tool_use("lookup_customer", {"query": "4471"}),
-        tool_use("lookup_invoices", {"customer_id": 4471}),
-    )))
+    model.enqueue(
+        Reply.message(
+            reply(
+                text("Looking both up."),
+                tool_use("lookup_customer", {"query": "4471"}),
+                tool_use("lookup_invoices", {"customer_id": 4471}),
+            )
+        )
+    )
     loop = new_loop()
     loop.ask_later("Who is 4471 and what do they owe?")
     loop.generate()
@@ -51,19 +58,29 @@ def test_generate_appends_the_reply_and_one_tool_call_row_per_tool_use(session, 
     assert [b["type"] for b in assistant["content"]] == ["text", "tool_use", "tool_use"]
     calls = calls_of(session, loop)
     assert [(c.name, c.position, c.status) for c in calls] == [
-        ("lookup_customer", 0, "pending"), ("lookup_invoices", 1, "pending")]
+        ("lookup_customer", 0, "pending"),
+        ("lookup_invoices", 1, "pending"),
+    ]
     assert [c.tool_use_id for c in calls] == [b["id"] for b in assistant["content"][1:]]
     request = model.requests[0]
     assert request["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert request["tools"][-1]["cache_control"] == {"type": "ephemeral"}
 
 
-def test_a_round_of_three_where_one_tool_fails_answers_all_three_in_order_in_one_message(session, new_loop, model):
-    model.enqueue(Reply.message(reply(
-        tool_use("lookup_customer", {"query": "Ada"}, "toolu_a"),
-        tool_use("lookup_invoices", {"customer_id": 999_999}, "toolu_b"),  # no such customer: the tool fails
-        tool_use("lookup_invoices", {"customer_id": 4471, "limit": 2}, "toolu_c"),
-    )))
+def test_a_round_of_three_where_one_tool_fails_answers_all_three_in_order_in_one_message(
+    session, new_loop, model
+):
+    model.enqueue(
+        Reply.message(
+            reply(
+                tool_use("lookup_customer", {"query": "Ada"}, "toolu_a"),
+                tool_use(
+                    "lookup_invoices", {"customer_id": 999_999}, "toolu_b"
+                ),  # no such customer: the tool fails
+                tool_use("lookup_invoices", {"customer_id": 4471, "limit": 2}, "toolu_c"),
+            )
+        )
+    )
     loop = new_loop()
     loop.ask_later("three lookups")
     loop.generate()
@@ -114,11 +131,15 @@ def test_complete_carries_on_until_the_model_answers_without_a_tool(new_loop, mo
 
 
 def test_sensitive_calls_wait_for_a_decision_and_safe_ones_of_the_round_run_at_once(session, new_loop, model):
-    model.enqueue(Reply.message(reply(
-        tool_use("lookup_invoices", {"customer_id": 4471}),
-        tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 1000, "reason": "late"}),
-        tool_use("send_email", {"customer_id": 4471, "subject": "Refund", "body": "Done."}),
-    )))
+    model.enqueue(
+        Reply.message(
+            reply(
+                tool_use("lookup_invoices", {"customer_id": 4471}),
+                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 1000, "reason": "late"}),
+                tool_use("send_email", {"customer_id": 4471, "subject": "Refund", "body": "Done."}),
+            )
+        )
+    )
     loop = new_loop()
     loop.ask_later("look, refund and email")
     assert loop.complete() == "awaiting_approval"
@@ -129,8 +150,14 @@ def test_sensitive_calls_wait_for_a_decision_and_safe_ones_of_the_round_run_at_o
     assert session.scalar(select(func.count(Refund.id))) == 0
 
     decide(session, refund, reviewer(session), approve=True, arguments_seen=arguments_hash(refund.input))
-    decide(session, email, reviewer(session), approve=False, arguments_seen=arguments_hash(email.input),
-           reason="We never email about refunds")
+    decide(
+        session,
+        email,
+        reviewer(session),
+        approve=False,
+        arguments_seen=arguments_hash(email.input),
+        reason="We never email about refunds",
+    )
     loop.conversation.status = "queued"
     assert loop.complete() == "completed"
     results = [m for m in transcript(loop) if m["role"] == "user"][-1]["content"]
@@ -142,8 +169,11 @@ def test_sensitive_calls_wait_for_a_decision_and_safe_ones_of_the_round_run_at_o
 
 
 def test_a_decision_is_taken_once_and_the_second_hears_who_decided_and_when(session, new_loop, model):
-    model.enqueue(Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500,
-                                                                 "reason": "x"}))))
+    model.enqueue(
+        Reply.message(
+            reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}))
+        )
+    )
     loop = new_loop()
     loop.ask_later("refund")
     loop.complete()
@@ -151,15 +181,26 @@ def test_a_decision_is_taken_once_and_the_second_hears_who_decided_and_when(sess
     seen = arguments_hash(call.input)
     decide(session, call, reviewer(session), approve=True, arguments_seen=seen)
     with pytest.raises(DecisionError) as second:
-        decide(session, call, reviewer(session, "reviewer2@acme.test"), approve=False, arguments_seen=seen,
-               reason="no")
+        decide(
+            session,
+            call,
+            reviewer(session, "reviewer2@acme.test"),
+            approve=False,
+            arguments_seen=seen,
+            reason="no",
+        )
     assert second.value.code == "already_decided"
     assert "reviewer@acme.test" in second.value.message and "UTC" in second.value.message
 
 
-def test_decisions_are_refused_to_the_asker_for_stale_arguments_and_without_a_reason(session, new_loop, model):
-    model.enqueue(Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500,
-                                                                 "reason": "x"}))))
+def test_decisions_are_refused_to_the_asker_for_stale_arguments_and_without_a_reason(
+    session, new_loop, model
+):
+    model.enqueue(
+        Reply.message(
+            reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}))
+        )
+    )
     loop = new_loop()
     loop.ask_later("refund")
     loop.complete()
@@ -168,7 +209,13 @@ def test_decisions_are_refused_to_the_asker_for_stale_arguments_and_without_a_re
     asker.roles = ["agent", "reviewer"]
     cases = [
         (asker, True, arguments_hash(call.input), "", "not_allowed"),
-        (reviewer(session), True, arguments_hash({"invoice_id": 4471, "amount_cents": 50_000}), "", "arguments_changed"),
+        (
+            reviewer(session),
+            True,
+            arguments_hash({"invoice_id": 4471, "amount_cents": 50_000}),
+            "",
+            "arguments_changed",
+        ),
         (reviewer(session), False, arguments_hash(call.input), "  ", "reason_required"),
         (reviewer(session, "reviewer@globex.test"), True, arguments_hash(call.input), "", "not_allowed"),
     ]
@@ -182,10 +229,14 @@ def test_decisions_are_refused_to_the_asker_for_stale_arguments_and_without_a_re
 def test_invalid_and_unknown_tool_calls_become_error_results_and_the_loop_goes_on(session, new_loop, model):
     loop = new_loop()
     loop.ask_later("[[invalid tool input]] and then [[unknown tool]]")
-    model.enqueue(Reply.message(reply(
-        tool_use("issue_refund", {"invoice_id": "not-a-number"}),
-        tool_use("teleport_customer", {"to": "mars"}),
-    )))
+    model.enqueue(
+        Reply.message(
+            reply(
+                tool_use("issue_refund", {"invoice_id": "not-a-number"}),
+                tool_use("teleport_customer", {"to": "mars"}),
+            )
+        )
+    )
     assert loop.complete() == "completed"
     bad_input, unknown = calls_of(session, loop)
     assert bad_input.status == unknown.status == "failed"
@@ -215,10 +266,14 @@ def test_the_token_budget_pauses_the_run(new_loop, model):
 
 
 def test_cancel_settles_open_calls_with_results_and_a_new_message_carries_on(session, new_loop, model):
-    model.enqueue(Reply.message(reply(
-        tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}),
-        tool_use("send_email", {"customer_id": 4471, "subject": "s", "body": "b"}),
-    )))
+    model.enqueue(
+        Reply.message(
+            reply(
+                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}),
+                tool_use("send_email", {"customer_id": 4471, "subject": "s", "body": "b"}),
+            )
+        )
+    )
     loop = new_loop()
     loop.ask_later("refund and email")
     assert loop.complete() == "awaiting_approval"
@@ -258,9 +313,14 @@ def test_max_tokens_and_refusal_end_the_run_in_a_state_the_page_can_show(new_loo
 
 
 def test_a_tool_call_cut_off_by_max_tokens_is_answered_but_never_run(session, new_loop, model):
-    model.enqueue(Reply.message(reply(
-        tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}),
-        stop_reason="max_tokens")))
+    model.enqueue(
+        Reply.message(
+            reply(
+                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}),
+                stop_reason="max_tokens",
+            )
+        )
+    )
     loop = new_loop()
     loop.ask_later("refund")
     assert loop.complete() == "completed"
@@ -283,8 +343,9 @@ def test_pause_turn_generates_again_and_the_continuation_joins_the_turn(new_loop
 
 
 def test_a_busy_conversation_refuses_a_new_message_and_says_why(session, new_loop, model):
-    model.enqueue(Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 5,
-                                                                 "reason": "x"}))))
+    model.enqueue(
+        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 5, "reason": "x"})))
+    )
     loop = new_loop()
     loop.ask_later("refund")
     with pytest.raises(ConversationBusy, match="still working"):
@@ -292,5 +353,7 @@ def test_a_busy_conversation_refuses_a_new_message_and_says_why(session, new_loo
     loop.complete()
     with pytest.raises(ConversationBusy, match="waiting for a person"):
         loop.ask_later("again")
-    assert session.scalar(select(func.count(Message.id)).where(
-        Message.conversation_id == loop.conversation.id)) == 2
+    assert (
+        session.scalar(select(func.count(Message.id)).where(Message.conversation_id == loop.conversation.id))
+        == 2
+    )

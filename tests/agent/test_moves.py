@@ -25,13 +25,25 @@ def mover(session):
 
     def run(loop: Loop, owner: str = "worker-1", final_attempt: bool = True, version: int | None = None):
         def make_loop(session_, conversation, should_stop):
-            return Loop(session_, conversation, model=loop.model, tools=loop.tools, settings=loop.settings,
-                        should_stop=should_stop)
+            return Loop(
+                session_,
+                conversation,
+                model=loop.model,
+                tools=loop.tools,
+                settings=loop.settings,
+                should_stop=should_stop,
+            )
 
         session.refresh(loop.conversation)
-        return advance(session, loop.conversation.id,
-                       loop.conversation.version if version is None else version,
-                       owner=owner, make_loop=make_loop, lease_seconds=30, final_attempt=final_attempt)
+        return advance(
+            session,
+            loop.conversation.id,
+            loop.conversation.version if version is None else version,
+            owner=owner,
+            make_loop=make_loop,
+            lease_seconds=30,
+            final_attempt=final_attempt,
+        )
 
     return run
 
@@ -90,8 +102,16 @@ def test_after_a_crash_the_claimed_call_reruns_with_its_key_and_does_not_refund_
     session.commit()
     # A worker claimed the call and did the refund, then died before recording the result.
     call.status, call.attempts = "running", 1
-    session.add(Refund(tenant_id=call.tenant_id, invoice_id=4471, amount_cents=700, reason="late delivery",
-                       idempotency_key=f"toolcall-{call.id}", created_by_id=call.acting_user_id))
+    session.add(
+        Refund(
+            tenant_id=call.tenant_id,
+            invoice_id=4471,
+            amount_cents=700,
+            reason="late delivery",
+            idempotency_key=f"toolcall-{call.id}",
+            created_by_id=call.acting_user_id,
+        )
+    )
     conversation = loop.conversation
     conversation.status, conversation.lease_owner = "running", "dead-worker"
     conversation.lease_expires_at = utcnow() - timedelta(seconds=1)
@@ -116,7 +136,9 @@ def test_a_transient_model_error_releases_the_lease_for_a_retry(session, new_loo
     assert mover(loop, version=version).outcome == "generate"
 
 
-def test_a_transient_error_on_the_last_attempt_fails_the_conversation_in_words(session, new_loop, mover, model):
+def test_a_transient_error_on_the_last_attempt_fails_the_conversation_in_words(
+    session, new_loop, mover, model
+):
     loop = started(session, new_loop)
     model.enqueue(Fault.status(529, error_type="overloaded_error"))
     assert mover(loop, final_attempt=True).outcome == "failed"
@@ -200,7 +222,9 @@ def test_a_move_writes_only_what_is_new(session, new_loop, mover, model, engine)
         event.remove(engine, "before_cursor_execute", record)
     assert not any(s.startswith("DELETE") for s in statements)
     assert "UPDATE messages" not in statements  # history is never rewritten
-    assert [s for s in statements if s.startswith("INSERT")] == ["INSERT INTO messages"]  # the round's results
+    assert [s for s in statements if s.startswith("INSERT")] == [
+        "INSERT INTO messages"
+    ]  # the round's results
     assert set(statements) == {"UPDATE conversations", "UPDATE tool_calls", "INSERT INTO messages"}
 
 
@@ -210,6 +234,35 @@ def test_conversation_rows_never_leak_into_another_conversation(session, new_loo
         while mover(loop).next_version is not None:
             pass
     for loop in (first, second):
-        assert {c.conversation_id for c in session.scalars(select(ToolCall).where(
-            ToolCall.conversation_id == loop.conversation.id))} == {loop.conversation.id}
+        assert {
+            c.conversation_id
+            for c in session.scalars(select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id))
+        } == {loop.conversation.id}
     assert session.scalar(select(func.count(Conversation.id))) == 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [
+        (Fault.status(429, headers={"retry-after": "0"}), "rate_limited"),
+        (Fault.status(529, error_type="overloaded_error"), "overloaded"),
+        (Fault.status(500, error_type="api_error"), "service_error"),
+        (Fault.stream_error(after=3), "overloaded"),
+        (Fault.cut_after(4), "bad_response"),
+        (Fault.malformed(), "bad_response"),
+        (Fault.hang(8), "timeout"),
+    ],
+)
+def test_every_kind_of_flaky_model_answer_is_transient_and_loses_nothing(
+    session, new_loop, mover, model, fault, code
+):
+    loop = started(session, new_loop)
+    model.enqueue(fault)
+    with pytest.raises(TransientMoveError) as raised:
+        mover(loop, final_attempt=False)
+    assert raised.value.error.code == code
+    session.refresh(loop.conversation)
+    assert loop.conversation.status == "queued"
+    assert session.scalar(select(func.count(ToolCall.id))) == 0
+    assert len(loop.rows()) == 1  # nothing half-written
+    assert mover(loop).outcome == "generate"

@@ -37,8 +37,11 @@ def state(api, conversation_id: int) -> dict:
 
 
 def wait_status(api, conversation_id: int, *statuses: str, timeout: float = 30) -> dict:
-    return wait_until(lambda: (s := state(api, conversation_id))["status"] in statuses and s,
-                      timeout, f"conversation {conversation_id} to reach {statuses}")
+    return wait_until(
+        lambda: (s := state(api, conversation_id))["status"] in statuses and s,
+        timeout,
+        f"conversation {conversation_id} to reach {statuses}",
+    )
 
 
 def assert_valid_transcript(conversation: dict) -> None:
@@ -46,8 +49,9 @@ def assert_valid_transcript(conversation: dict) -> None:
     problems = validate_request({"model": "m", "max_tokens": 1, "messages": conversation["messages"]})
     assert problems == [], problems
     uses = [b["id"] for m in conversation["messages"] for b in m["content"] if b["type"] == "tool_use"]
-    results = [b["tool_use_id"] for m in conversation["messages"] for b in m["content"]
-               if b["type"] == "tool_result"]
+    results = [
+        b["tool_use_id"] for m in conversation["messages"] for b in m["content"] if b["type"] == "tool_result"
+    ]
     assert results == uses
 
 
@@ -83,8 +87,12 @@ def test_an_approved_refund_runs_in_the_worker_and_the_model_hears_the_result(ap
 
 
 def three_refunds(api, model) -> int:
-    refunds = [{"invoice_id": invoice, "amount_cents": 100, "reason": "goodwill"} for invoice in (4401, 4402, 4403)]
-    model.enqueue(Reply.message(reply(*[tool_use("issue_refund", r) for r in refunds])), match="three refunds")
+    refunds = [
+        {"invoice_id": invoice, "amount_cents": 100, "reason": "goodwill"} for invoice in (4401, 4402, 4403)
+    ]
+    model.enqueue(
+        Reply.message(reply(*[tool_use("issue_refund", r) for r in refunds])), match="three refunds"
+    )
     return start(api, "three refunds please")
 
 
@@ -110,7 +118,9 @@ def assert_three_refunds_once_each(api, read, conversation_id: int) -> dict:
     return {c["input"]["invoice_id"]: attempts(read, c["id"]) for c in done["tool_calls"]}
 
 
-def test_a_worker_killed_after_the_first_of_three_tools_resumes_with_only_the_other_two(api, workers, model, read):
+def test_a_worker_killed_after_the_first_of_three_tools_resumes_with_only_the_other_two(
+    api, workers, model, read
+):
     conversation_id = three_refunds(api, model)
     worker = workers()
     first, second, third = wait_status(api, conversation_id, "awaiting_approval")["tool_calls"]
@@ -124,7 +134,9 @@ def test_a_worker_killed_after_the_first_of_three_tools_resumes_with_only_the_ot
     assert tries == {4401: 1, 4402: 1, 4403: 1}  # the finished call was not run again
 
 
-def test_a_worker_killed_inside_a_tool_call_resumes_it_under_its_idempotency_key(api, workers, model, engine, read):
+def test_a_worker_killed_inside_a_tool_call_resumes_it_under_its_idempotency_key(
+    api, workers, model, engine, read
+):
     if engine.dialect.name != "postgresql":
         pytest.skip("holding one invoice's row lock from the test needs PostgreSQL's row locks")
     conversation_id = three_refunds(api, model)
@@ -134,9 +146,14 @@ def test_a_worker_killed_inside_a_tool_call_resumes_it_under_its_idempotency_key
         blocker.execute(text_sql("SELECT id FROM invoices WHERE id = 4402 FOR UPDATE"))
         for call in calls:
             decide_call(api, call["id"])
-        wait_until(lambda: count(read, Refund) == 1
-                   and read(lambda s: s.get(ToolCall, calls[1]["id"]).status) == "running",
-                   30, "the second refund to be claimed and stuck inside the tool")
+        wait_until(
+            lambda: (
+                count(read, Refund) == 1
+                and read(lambda s: s.get(ToolCall, calls[1]["id"]).status) == "running"
+            ),
+            30,
+            "the second refund to be claimed and stuck inside the tool",
+        )
         worker.kill()
         blocker.rollback()
     workers()  # the dead worker's lease expires; the sweeper hands the move to this one
@@ -198,7 +215,9 @@ def test_a_permanent_model_error_fails_at_once(api, workers, model):
     assert "roles must alternate" in failed["error"]["message"]
 
 
-def test_cancel_between_moves_settles_the_waiting_calls_and_the_conversation_continues(api, workers, model, read):
+def test_cancel_between_moves_settles_the_waiting_calls_and_the_conversation_continues(
+    api, workers, model, read
+):
     workers()
     conversation_id = start(api, "Please refund $25 on invoice 4471 and email customer 4471")
     wait_status(api, conversation_id, "awaiting_approval")
@@ -208,8 +227,9 @@ def test_cancel_between_moves_settles_the_waiting_calls_and_the_conversation_con
     assert {c["status"] for c in cancelled["tool_calls"]} == {"cancelled"}
     assert count(read, Refund) == 0
     assert_valid_transcript(cancelled)
-    again = api.as_(AGENT).post(f"/api/conversations/{conversation_id}/messages",
-                                json={"message": "Show invoices for customer 4471"})
+    again = api.as_(AGENT).post(
+        f"/api/conversations/{conversation_id}/messages", json={"message": "Show invoices for customer 4471"}
+    )
     assert again.status_code == 202
     assert_valid_transcript(wait_status(api, conversation_id, "completed"))
 
@@ -226,8 +246,9 @@ def test_cancel_during_a_streamed_model_call_stops_it_and_leaves_a_valid_transcr
     gate.set()
     assert cancelled["stop_reason"] == "cancelled"
     assert_valid_transcript(cancelled)
-    api.as_(AGENT).post(f"/api/conversations/{conversation_id}/messages",
-                        json={"message": "Show invoices for customer 4471"})
+    api.as_(AGENT).post(
+        f"/api/conversations/{conversation_id}/messages", json={"message": "Show invoices for customer 4471"}
+    )
     assert_valid_transcript(wait_status(api, conversation_id, "completed"))
 
 
@@ -238,7 +259,7 @@ def test_the_sweeper_re_enqueues_a_conversation_whose_job_redis_lost(api, worker
     assert_valid_transcript(wait_status(api, conversation_id, "completed", timeout=30))
 
 
-def test_the_sweep_command_re_enqueues_an_orphaned_conversation(app, api, env, model):
+def test_the_sweep_command_re_enqueues_an_orphaned_conversation(cli, api, env, model):
     conversation_id = start(api, "Show invoices for customer 4471")
     redis_lib.Redis.from_url(env["REDIS_URL"]).flushdb()
     conversation = db.session.get(Conversation, conversation_id)
@@ -246,10 +267,10 @@ def test_the_sweep_command_re_enqueues_an_orphaned_conversation(app, api, env, m
 
     conversation.updated_at -= timedelta(seconds=5)
     db.session.commit()
-    result = app.test_cli_runner().invoke(args=["sweep"])
+    result = cli("sweep")
     assert result.exit_code == 0 and "Re-enqueued 1 conversation" in result.output
     assert services().dispatcher.queue.count == 1
-    again = app.test_cli_runner().invoke(args=["sweep"])
+    again = cli("sweep")
     assert "Re-enqueued 0 conversation" in again.output  # its job is alive now
 
 
@@ -271,7 +292,10 @@ def test_every_message_row_is_written_once_and_in_order(api, workers, model, rea
     workers()
     conversation_id = start(api, "Show invoices for customer 4471")
     wait_status(api, conversation_id, "completed")
-    rows = read(lambda s: list(s.scalars(select(Message).where(Message.conversation_id == conversation_id)
-                                         .order_by(Message.id))))
+    rows = read(
+        lambda s: list(
+            s.scalars(select(Message).where(Message.conversation_id == conversation_id).order_by(Message.id))
+        )
+    )
     assert [row.seq for row in rows] == [1, 2, 3, 4]
     assert [m["role"] for m in api_messages(rows)] == ["user", "assistant", "user", "assistant"]

@@ -48,8 +48,10 @@ def decide(
     if not reviewer.has_role("reviewer") or reviewer.tenant_id != call.tenant_id:
         raise DecisionError("not_allowed", "Only reviewers of this tenant may decide tool calls.")
     if reviewer.id == conversation.user_id:
-        raise DecisionError("not_allowed", "You asked for this call in your conversation; another reviewer "
-                            "must decide it (four-eyes rule).")
+        raise DecisionError(
+            "not_allowed",
+            "You asked for this call in your conversation; another reviewer must decide it (four-eyes rule).",
+        )
     reason = (reason or "").strip()
     if not approve and not reason:
         raise DecisionError("reason_required", "Say why you reject this call; the model is told your reason.")
@@ -82,7 +84,9 @@ def already_decided(call: ToolCall) -> DecisionError:
     if call.decided_by is not None:
         when = call.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         return DecisionError("already_decided", f"Already decided by {who(call.decided_by)} at {when}.")
-    return DecisionError("already_decided", f"This call no longer waits for a decision (it is {call.status}).")
+    return DecisionError(
+        "already_decided", f"This call no longer waits for a decision (it is {call.status})."
+    )
 
 
 def who(user: User) -> str:

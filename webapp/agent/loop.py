@@ -204,7 +204,9 @@ class Loop:
         reply = self.model.generate(
             **(request or self.build_request()),
             on_text=lambda text: self.events.publish(conversation_id, {"type": "text", "text": text}),
-            on_tool_start=lambda name: self.events.publish(conversation_id, {"type": "tool_start", "name": name}),
+            on_tool_start=lambda name: self.events.publish(
+                conversation_id, {"type": "tool_start", "name": name}
+            ),
             should_stop=self.should_stop,
         )
         self._record_usage(reply)
@@ -248,8 +250,12 @@ class Loop:
             idempotency_key=f"toolcall-{call.id}",
         )
         outcome = self.tools.run(call.name, call.input, context, self.settings.tool_output_limit)
-        self._settle(call, CallStatus.FAILED if outcome.is_error else CallStatus.SUCCEEDED,
-                     outcome.content, outcome.is_error)
+        self._settle(
+            call,
+            CallStatus.FAILED if outcome.is_error else CallStatus.SUCCEEDED,
+            outcome.content,
+            outcome.is_error,
+        )
         call.duration_ms = outcome.duration_ms
         self.events.publish(self.conversation.id, {"type": "tool_call", "id": call.id, "status": call.status})
         self.settle_round_if_complete()
@@ -332,8 +338,12 @@ class Loop:
             if call.status in SETTLED:
                 continue
             was_running = call.status == CallStatus.RUNNING
-            self._settle(call, CallStatus.CANCELLED,
-                         RESULT_CANCELLED_RUNNING if was_running else RESULT_CANCELLED, True)
+            self._settle(
+                call,
+                CallStatus.CANCELLED,
+                RESULT_CANCELLED_RUNNING if was_running else RESULT_CANCELLED,
+                True,
+            )
         self.settle_round_if_complete()
         c = self.conversation
         c.status = ConversationStatus.CANCELLED
@@ -343,8 +353,12 @@ class Loop:
 
     def _append(self, role: str, content: list[dict]) -> Message:
         c = self.conversation
-        seq = self.session.scalar(select(func.coalesce(func.max(Message.seq), 0)).where(
-            Message.conversation_id == c.id)) + 1
+        seq = (
+            self.session.scalar(
+                select(func.coalesce(func.max(Message.seq), 0)).where(Message.conversation_id == c.id)
+            )
+            + 1
+        )
         message = Message(conversation_id=c.id, seq=seq, role=role, content=content, created_at=utcnow())
         self.session.add(message)
         self.session.flush()

@@ -93,8 +93,14 @@ def advance(
     except Exception:
         session.rollback()
         log.exception("move of conversation %s failed", conversation_id)
-        _fail(session, conversation_id, version, owner, "internal_error",
-              "Something went wrong on our side while the assistant worked; retry, or tell an admin.")
+        _fail(
+            session,
+            conversation_id,
+            version,
+            owner,
+            "internal_error",
+            "Something went wrong on our side while the assistant worked; retry, or tell an admin.",
+        )
         raise
 
     guards = [Conversation.lease_owner == owner, Conversation.version == version]
@@ -144,9 +150,12 @@ class _LeaseWatcher:
                     .values(lease_expires_at=utcnow() + self.lease)
                 )
                 self.renewed_at = utcnow()
-            return connection.scalar(
-                select(Conversation.cancel_requested_at).where(Conversation.id == self.conversation_id)
-            ) is not None
+            return (
+                connection.scalar(
+                    select(Conversation.cancel_requested_at).where(Conversation.id == self.conversation_id)
+                )
+                is not None
+            )
 
 
 def _release(session: Session, conversation_id: int, owner: str) -> None:
@@ -161,22 +170,42 @@ def _release(session: Session, conversation_id: int, owner: str) -> None:
 def _requeue(session: Session, conversation_id: int, version: int, owner: str) -> bool:
     done = session.execute(
         update(Conversation)
-        .where(Conversation.id == conversation_id, Conversation.lease_owner == owner,
-               Conversation.version == version)
-        .values(version=version + 1, lease_owner=None, lease_expires_at=None,
-                status=ConversationStatus.QUEUED, updated_at=utcnow())
+        .where(
+            Conversation.id == conversation_id,
+            Conversation.lease_owner == owner,
+            Conversation.version == version,
+        )
+        .values(
+            version=version + 1,
+            lease_owner=None,
+            lease_expires_at=None,
+            status=ConversationStatus.QUEUED,
+            updated_at=utcnow(),
+        )
     ).rowcount
     session.commit()
     return bool(done)
 
 
-def _fail(session: Session, conversation_id: int, version: int, owner: str, code: str, message: str) -> MoveResult:
+def _fail(
+    session: Session, conversation_id: int, version: int, owner: str, code: str, message: str
+) -> MoveResult:
     session.execute(
         update(Conversation)
-        .where(Conversation.id == conversation_id, Conversation.lease_owner == owner,
-               Conversation.version == version)
-        .values(version=version + 1, lease_owner=None, lease_expires_at=None, status=ConversationStatus.FAILED,
-                error_code=code, error_message=message, updated_at=utcnow())
+        .where(
+            Conversation.id == conversation_id,
+            Conversation.lease_owner == owner,
+            Conversation.version == version,
+        )
+        .values(
+            version=version + 1,
+            lease_owner=None,
+            lease_expires_at=None,
+            status=ConversationStatus.FAILED,
+            error_code=code,
+            error_message=message,
+            updated_at=utcnow(),
+        )
     )
     session.commit()
     return MoveResult("failed")
@@ -193,8 +222,11 @@ def wake(session: Session, conversation: Conversation, from_statuses=AWAITING) -
     version = conversation.version
     done = session.execute(
         update(Conversation)
-        .where(Conversation.id == conversation.id, Conversation.version == version,
-               Conversation.status.in_(from_statuses))
+        .where(
+            Conversation.id == conversation.id,
+            Conversation.version == version,
+            Conversation.status.in_(from_statuses),
+        )
         .values(version=version + 1, status=ConversationStatus.QUEUED, updated_at=utcnow())
         .execution_options(synchronize_session=False)
     ).rowcount
@@ -235,7 +267,9 @@ def retry(session: Session, conversation: Conversation) -> int | None:
     return version
 
 
-def extend_budget(session: Session, conversation: Conversation, moves: int = 0, tokens: int = 0) -> int | None:
+def extend_budget(
+    session: Session, conversation: Conversation, moves: int = 0, tokens: int = 0
+) -> int | None:
     """Give a budget-exhausted conversation more room and resume it; returns the version to enqueue."""
     if conversation.status != ConversationStatus.BUDGET_EXHAUSTED:
         return None

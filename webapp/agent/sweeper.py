@@ -55,8 +55,13 @@ def recover(
             Conversation.recoveries == conversation.recoveries,
             Conversation.status.in_(MOVING),
         )
-        .values(recoveries=recovery, lease_owner=None, lease_expires_at=None,
-                status=ConversationStatus.QUEUED, updated_at=utcnow())
+        .values(
+            recoveries=recovery,
+            lease_owner=None,
+            lease_expires_at=None,
+            status=ConversationStatus.QUEUED,
+            updated_at=utcnow(),
+        )
         .execution_options(synchronize_session=False)
     ).rowcount
     return (conversation.version, recovery) if done else None

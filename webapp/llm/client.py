@@ -85,29 +85,60 @@ class ModelClient:
                         if should_stop():
                             snapshot = stream.current_message_snapshot
                             text = [b for b in _blocks(snapshot.content) if b["type"] == "text" and b["text"]]
-                            return ModelReply(text, "cancelled", snapshot.model, _usage(snapshot.usage),
-                                              _request_id(stream), _ms(started))
+                            return ModelReply(
+                                text,
+                                "cancelled",
+                                snapshot.model,
+                                _usage(snapshot.usage),
+                                _request_id(stream),
+                                _ms(started),
+                            )
                 final = stream.get_final_message()
                 request_id = _request_id(stream)
+            if final.stop_reason is None:  # the stream ended without saying why: a cut, not an answer
+                raise ModelError("bad_response", "The model service's reply ended half-way.", transient=True)
         except anthropic.APIStatusError as exc:
             raise _status_error(exc) from exc
         except anthropic.APITimeoutError as exc:
             raise ModelError("timeout", "The model service did not answer in time.", transient=True) from exc
         except anthropic.APIConnectionError as exc:
-            raise ModelError("unreachable", "The model service could not be reached.", transient=True) from exc
+            raise ModelError(
+                "unreachable", "The model service could not be reached.", transient=True
+            ) from exc
         except (anthropic.APIError, json.JSONDecodeError, httpx2.HTTPError, ValueError, KeyError) as exc:
             raise ModelError(
                 "bad_response", "The model service sent a reply that could not be read.", transient=True
             ) from exc
         return ModelReply(
-            _blocks(final.content), final.stop_reason, final.model, _usage(final.usage), request_id, _ms(started)
+            _blocks(final.content),
+            final.stop_reason,
+            final.model,
+            _usage(final.usage),
+            request_id,
+            _ms(started),
         )
+
+
+TRANSIENT_ERROR_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 
 
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     status = exc.status_code
+    if status < 400:  # an `event: error` inside a 200 stream
+        error_type = getattr(exc, "type", None) or _error_body(exc).get("type")
+        if error_type in TRANSIENT_ERROR_TYPES:
+            return ModelError(
+                "overloaded" if error_type == "overloaded_error" else "service_error",
+                "The model service failed while answering; retrying later.",
+                transient=True,
+            )
+        return ModelError(
+            "request_rejected", f"The model service stopped answering: {_error_detail(exc)}", transient=False
+        )
     if status == 429:
-        return ModelError("rate_limited", "The model service is rate limiting us; retrying later.", transient=True)
+        return ModelError(
+            "rate_limited", "The model service is rate limiting us; retrying later.", transient=True
+        )
     if status == 529 or isinstance(exc, anthropic.OverloadedError):
         return ModelError("overloaded", "The model service is overloaded; retrying later.", transient=True)
     if status >= 500 or status in (408, 409):
@@ -119,16 +150,24 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     if status == 403:
         return ModelError("forbidden", "The API key may not use this model or feature.", transient=False)
     if status == 404:
-        return ModelError("model_not_found", "The model service does not know this model; check ANTHROPIC_MODEL.",
-                          transient=False)
+        return ModelError(
+            "model_not_found",
+            "The model service does not know this model; check ANTHROPIC_MODEL.",
+            transient=False,
+        )
     detail = _error_detail(exc)
-    return ModelError("request_rejected", f"The model service rejected the request: {detail}", transient=False)
+    return ModelError(
+        "request_rejected", f"The model service rejected the request: {detail}", transient=False
+    )
+
+
+def _error_body(exc: anthropic.APIStatusError) -> dict:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    return body.get("error") if isinstance(body.get("error"), dict) else {}
 
 
 def _error_detail(exc: anthropic.APIStatusError) -> str:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
-    return str(error.get("message") or exc.message)[:500]
+    return str(_error_body(exc).get("message") or exc.message)[:500]
 
 
 def _blocks(content: list[Any]) -> list[dict]:
@@ -158,14 +197,27 @@ _clients: dict[tuple, ModelClient] = {}
 
 def model_client(config: Config, transport: httpx2.BaseTransport | None = None) -> ModelClient:
     """The process's model client for this configuration (created once, then reused)."""
-    key = (config.anthropic_api_key, config.anthropic_base_url, config.model, config.max_tokens,
-           config.model_timeout_seconds, config.model_max_retries, id(transport))
+    key = (
+        config.anthropic_api_key,
+        config.anthropic_base_url,
+        config.model,
+        config.max_tokens,
+        config.model_timeout_seconds,
+        config.model_max_retries,
+        id(transport),
+    )
     if key not in _clients:
-        options: dict[str, Any] = {"timeout": config.model_timeout_seconds, "max_retries": config.model_max_retries}
+        options: dict[str, Any] = {
+            "timeout": config.model_timeout_seconds,
+            "max_retries": config.model_max_retries,
+        }
         if config.anthropic_api_key:
-            sdk = anthropic.Anthropic(api_key=config.anthropic_api_key, base_url=config.anthropic_base_url,
-                                      http_client=httpx2.Client(transport=transport) if transport else None,
-                                      **options)
+            sdk = anthropic.Anthropic(
+                api_key=config.anthropic_api_key,
+                base_url=config.anthropic_base_url,
+                http_client=httpx2.Client(transport=transport) if transport else None,
+                **options,
+            )
         else:
             from webapp.llm.wire import DemoTransport
 

@@ -18,14 +18,12 @@ from typing import Any
 
 from webapp.tools.registry import unwrap_output
 
-LOOKUP_TOOLS = frozenset({"lookup_customer", "lookup_invoices"})
-
 _QUOTE = r"[\"“]([^\"”]+)[\"”]"
 _CUSTOMER = r"\bcustomer\s*#?\s*(\d+)"
 _INVOICE = r"\binvoice\s*#?\s*(\d+)"
 _EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
 _LOOKUP_VERB = r"\b(?:look\s*up|lookup|find|search\s+for|who\s+is|who's)\b"
-_FILLER = {"the", "a", "an", "me", "up", "for", "customer", "customers", "named", "called", "please", "who", "is"}
+_FILLER = frozenset("the a an me up for customer customers named called please who is".split())
 
 
 @dataclass(frozen=True)
@@ -63,16 +61,18 @@ def respond(request: dict) -> dict:
     """The demo model's complete Messages API response (a dict) to a request body."""
     messages = request.get("messages") or []
     tools = {tool.get("name") for tool in request.get("tools") or [] if isinstance(tool, dict)}
+    if (request.get("tool_choice") or {}).get("type") == "none":
+        tools = set()
     user_index = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
     if user_index is None:
         content, stop = [_text(_help(tools))], "end_turn"
     elif _tool_results(messages[user_index]):
         content, stop = _answer_results(messages, user_index, tools)
     else:
-        content, stop = _answer_text(_text_of(messages[user_index]), tools, request)
+        content, stop = _answer_text(_text_of(messages[user_index]), tools)
     content = [_with_id(block, i, messages) for i, block in enumerate(content)]
     return {
-        "id": "msg_demo_" + _digest(request),
+        "id": "msg_demo_" + _digest({**request, "stream": None}),
         "type": "message",
         "role": "assistant",
         "model": request.get("model", "demo"),
@@ -86,26 +86,35 @@ def respond(request: dict) -> dict:
 # --- a request in words ---------------------------------------------------------------------------
 
 
-def _answer_text(text: str, tools: set[str], request: dict) -> tuple[list[dict], str]:
+def _answer_text(text: str, tools: set[str]) -> tuple[list[dict], str]:
     lowered = text.lower()
     if "[[invalid tool input]]" in lowered:
-        return [_text("I'll issue that refund."),
-                _tool_use("issue_refund", {"invoice_id": "not-a-number"})], "tool_use"
+        return [
+            _text("I'll issue that refund."),
+            _tool_use("issue_refund", {"invoice_id": "not-a-number"}),
+        ], "tool_use"
     if "[[unknown tool]]" in lowered:
-        return [_text("I'll teleport the customer."),
-                _tool_use("teleport_customer", {"customer_id": 1})], "tool_use"
+        return [
+            _text("I'll teleport the customer."),
+            _tool_use("teleport_customer", {"customer_id": 1}),
+        ], "tool_use"
     if "[[long answer]]" in lowered:
         return [_text(_long_answer())], "end_turn"
     if "[[max tokens]]" in lowered:
-        return [_text("Here is a very thorough answer that keeps going past the token limit, so it stops")], "max_tokens"
+        return [
+            _text("Here is a very thorough answer that keeps going past the token limit, so it stops")
+        ], "max_tokens"
     if "[[refusal]]" in lowered:
         return [_text("I can't help with that request.")], "refusal"
 
     plan = _plan(text)
     calls = [call for call in plan.calls if call.tool in tools]
     notes = [note.text for note in sorted(plan.notes, key=lambda n: n.position)]
-    notes += [f"I can't {call.phrase} here: the {call.tool} tool isn't available."
-              for call in plan.calls if call.tool not in tools]
+    notes += [
+        f"I can't {call.phrase} here: the {call.tool} tool isn't available."
+        for call in plan.calls
+        if call.tool not in tools
+    ]
     if not calls:
         return [_text(" ".join(notes) if notes else _help(tools))], "end_turn"
     intro = "I'll " + _join([call.phrase for call in calls]) + "."
@@ -142,24 +151,43 @@ def _plan_refund(plan: _Plan, text: str, at: int) -> None:
     customer = _near(_CUSTOMER, text, at)
     reason = sentence[:200]
     if invoice and amount:
-        plan.calls.append(_Call(at, "issue_refund", {"invoice_id": invoice, "amount_cents": amount,
-                                                     "reason": reason},
-                                f"refund {_dollars(amount)} on invoice {invoice}"))
+        plan.calls.append(
+            _Call(
+                at,
+                "issue_refund",
+                {"invoice_id": invoice, "amount_cents": amount, "reason": reason},
+                f"refund {_dollars(amount)} on invoice {invoice}",
+            )
+        )
     elif customer:
-        plan.calls.append(_Call(at, "lookup_invoices", {"customer_id": customer},
-                                f"look up customer {customer}'s invoices first, to find what to refund"))
+        plan.calls.append(
+            _Call(
+                at,
+                "lookup_invoices",
+                {"customer_id": customer},
+                f"look up customer {customer}'s invoices first, to find what to refund",
+            )
+        )
         plan.deferred_refund = _DeferredRefund(customer, invoice, amount, reason)
     elif invoice:
-        plan.notes.append(_Note(at, f"How much should I refund on invoice {invoice}? Give me an amount, "
-                                    f"e.g. $12.50, or the customer number so I can look the invoice up."))
+        plan.notes.append(
+            _Note(
+                at,
+                f"How much should I refund on invoice {invoice}? Give me an amount, "
+                f"e.g. $12.50, or the customer number so I can look the invoice up.",
+            )
+        )
     else:
-        plan.notes.append(_Note(at, "Which invoice should I refund, and how much? "
-                                    "For example: refund $12.50 on invoice 4471."))
+        plan.notes.append(
+            _Note(
+                at, "Which invoice should I refund, and how much? For example: refund $12.50 on invoice 4471."
+            )
+        )
 
 
 def _plan_email(plan: _Plan, text: str, match: re.Match) -> None:
     customer = int(match.group(1))
-    after = text[match.end():]
+    after = text[match.end() :]
     subject = re.search(r"\bsubject\s*:?\s*" + _QUOTE, after, re.IGNORECASE)
     saying = re.search(r"\bsaying\s*:?\s*" + _QUOTE, after, re.IGNORECASE)
     quotes = [q for q in re.findall(_QUOTE, after) if not subject or q != subject.group(1)]
@@ -167,9 +195,12 @@ def _plan_email(plan: _Plan, text: str, match: re.Match) -> None:
     email = {
         "customer_id": customer,
         "subject": subject.group(1) if subject else "An update on your account",
-        "body": body or ("Hello,\n\nWe wanted to let you know that we have reviewed your account and "
-                         "everything is in order. Reply to this email if you have any questions.\n\n"
-                         "Best regards,\nThe billing team"),
+        "body": body
+        or (
+            "Hello,\n\nWe wanted to let you know that we have reviewed your account and "
+            "everything is in order. Reply to this email if you have any questions.\n\n"
+            "Best regards,\nThe billing team"
+        ),
     }
     plan.calls.append(_Call(match.start(), "send_email", email, f"email customer {customer}"))
 
@@ -180,8 +211,14 @@ def _plan_close(plan: _Plan, text: str, at: int) -> None:
     if customer is None:
         plan.notes.append(_Note(at, "Whose account should I close? Give me the customer number."))
         return
-    plan.calls.append(_Call(at, "delete_account", {"customer_id": customer, "reason": sentence[:200]},
-                            f"close the account of customer {customer}"))
+    plan.calls.append(
+        _Call(
+            at,
+            "delete_account",
+            {"customer_id": customer, "reason": sentence[:200]},
+            f"close the account of customer {customer}",
+        )
+    )
 
 
 def _plan_invoices(plan: _Plan, text: str, at: int) -> None:
@@ -202,10 +239,10 @@ def _plan_invoices(plan: _Plan, text: str, at: int) -> None:
 
 
 def _plan_lookup(plan: _Plan, text: str, match: re.Match) -> None:
-    rest = re.split(r"[.!?](?:\s|$)|\n", text[match.end():], maxsplit=1)[0]
-    quoted = re.search(_QUOTE, text[match.end():])
-    email = re.search(_EMAIL, text)
-    customer = _find_int(_CUSTOMER, text[match.start():])
+    rest = re.split(r"[.!?](?:\s|$)|\n", text[match.end() :], maxsplit=1)[0]
+    quoted = re.search(_QUOTE, text[match.end() :])
+    email = re.search(_EMAIL, text[match.end() :])
+    customer = _find_int(_CUSTOMER, text[match.start() :])
     if quoted:
         query = quoted.group(1)
     elif email:
@@ -218,7 +255,9 @@ def _plan_lookup(plan: _Plan, text: str, match: re.Match) -> None:
             words.pop(0)
         query = " ".join(words)
     if not query:
-        plan.notes.append(_Note(match.start(), "Who should I look up? A name, an email or a customer number works."))
+        plan.notes.append(
+            _Note(match.start(), "Who should I look up? A name, an email or a customer number works.")
+        )
         return
     plan.calls.append(_Call(match.start(), "lookup_customer", {"query": query}, f'look up "{query}"'))
 
@@ -234,12 +273,17 @@ def _answer_results(messages: list[dict], user_index: int, tools: set[str]) -> t
     for result in results:
         use = uses.get(result.get("tool_use_id"), {})
         lines.append(_describe_result(use.get("name", "the tool"), use.get("input") or {}, result))
-    summary = lines[0] if len(lines) == 1 else "Here's what happened:\n" + "\n".join(f"- {line}" for line in lines)
+    summary = (
+        lines[0] if len(lines) == 1 else "Here's what happened:\n" + "\n".join(f"- {line}" for line in lines)
+    )
 
     original = _original_request(messages, user_index)
     deferred = _plan(original).deferred_refund if original else None
-    invoices = [_records(_result_data(r), "invoices") for r in results
-                if not r.get("is_error") and uses.get(r.get("tool_use_id"), {}).get("name") == "lookup_invoices"]
+    invoices = [
+        _records(_result_data(r), "invoices")
+        for r in results
+        if not r.get("is_error") and uses.get(r.get("tool_use_id"), {}).get("name") == "lookup_invoices"
+    ]
     if deferred and invoices and "issue_refund" in tools:
         return _follow_up_refund(summary, deferred, [inv for found in invoices for inv in found])
     return [_text(summary)], "end_turn"
@@ -248,22 +292,21 @@ def _answer_results(messages: list[dict], user_index: int, tools: set[str]) -> t
 def _follow_up_refund(summary: str, refund: _DeferredRefund, invoices: list[dict]) -> tuple[list[dict], str]:
     """The second step of a refund that needed the customer's invoices looked up first."""
     if refund.invoice_id is not None:
-        chosen = next((inv for inv in invoices if _int(_pick(inv, "id", "invoice_id")) == refund.invoice_id), None)
-        if chosen is None:
-            return [_text(f"{summary}\n\nInvoice {refund.invoice_id} isn't among customer {refund.customer_id}'s "
-                          f"invoices, so I haven't refunded anything.")], "end_turn"
+        named = [inv for inv in invoices if _int(_pick(inv, "id", "invoice_id")) == refund.invoice_id]
+        invoice = named[0] if named else None
+        missing = f"Invoice {refund.invoice_id} isn't among customer {refund.customer_id}'s invoices"
     else:
-        chosen = next((inv for inv in invoices if _pick(inv, "status") == "paid"), None)
-        if chosen is None:
-            return [_text(f"{summary}\n\nCustomer {refund.customer_id} has no paid invoice to refund, "
-                          f"so I haven't refunded anything.")], "end_turn"
-    invoice_id = _int(_pick(chosen, "id", "invoice_id"))
-    amount = refund.amount_cents or _cents_of(chosen)
-    if invoice_id is None or not amount:
-        return [_text(f"{summary}\n\nI couldn't tell which amount to refund, so I haven't refunded anything.")], \
-            "end_turn"
-    text = f"{summary}\n\nInvoice {invoice_id} is {_dollars(_cents_of(chosen) or amount)}, so I'll refund " \
-           f"{_dollars(amount)} on it."
+        invoice = next((inv for inv in invoices if _pick(inv, "status") == "paid" and _refundable(inv)), None)
+        missing = f"Customer {refund.customer_id} has no paid invoice left to refund"
+    if invoice is None or not (refund.amount_cents or _refundable(invoice)):
+        reason = missing if invoice is None else f"Invoice {refund.invoice_id} has nothing left to refund"
+        return [_text(f"{summary}\n\n{reason}, so I haven't refunded anything.")], "end_turn"
+    invoice_id = _int(_pick(invoice, "id", "invoice_id"))
+    amount = refund.amount_cents or _refundable(invoice)
+    text = (
+        f"{summary}\n\nInvoice {invoice_id} has {_dollars(_refundable(invoice))} left to refund, "
+        f"so I'll refund {_dollars(amount)} on it."
+    )
     call = {"invoice_id": invoice_id, "amount_cents": amount, "reason": refund.reason}
     return [_text(text), _tool_use("issue_refund", call)], "tool_use"
 
@@ -298,9 +341,9 @@ def _describe_error(name: str, text: str) -> str:
 
 
 def _decline_reason(text: str) -> str:
-    rest = text[len("Declined by a person"):]
+    rest = text[len("Declined by a person") :]
     marker = re.search(r"reason\s*:?|:", rest, re.IGNORECASE)
-    reason = rest[marker.end():] if marker else rest
+    reason = rest[marker.end() :] if marker else rest
     reason = reason.strip(" \t\n.,;:-—\"'()")
     return reason or "no reason given"
 
@@ -308,7 +351,7 @@ def _decline_reason(text: str) -> str:
 def _describe_customers(data: Any, call_input: dict) -> str:
     customers = _records(data, "customers")
     if not customers:
-        return f"No customer matched \"{call_input.get('query', '')}\"."
+        return f'No customer matched "{call_input.get("query", "")}".'
     described = [_customer_line(c) for c in customers]
     if len(described) == 1:
         return f"Found {described[0]}."
@@ -331,7 +374,15 @@ def _describe_invoices(data: Any, call_input: dict) -> str:
     if not invoices:
         return f"{who} has no {status}invoices."
     listed = "; ".join(
-        f"#{_pick(inv, 'id', 'invoice_id')} {_dollars(_cents_of(inv) or 0)} {_pick(inv, 'status') or ''}".rstrip()
+        " ".join(
+            str(part)
+            for part in (
+                f"#{_pick(inv, 'id', 'invoice_id')}",
+                _dollars(_cents_of(inv) or 0),
+                _pick(inv, "status"),
+            )
+            if part
+        )
         for inv in invoices
     )
     noun = "invoice" if len(invoices) == 1 else "invoices"
@@ -351,13 +402,19 @@ def _describe_email(data: Any, call_input: dict) -> str:
     record = data if isinstance(data, dict) else {}
     to = _pick(record, "to", "email", "recipient") or f"customer {call_input.get('customer_id')}"
     subject = _pick(record, "subject") or call_input.get("subject", "")
-    return f"Email sent to {to} with the subject \"{subject}\"."
+    return f'Email sent to {to} with the subject "{subject}".'
 
 
 def _describe_closure(data: Any, call_input: dict) -> str:
     record = data if isinstance(data, dict) else {}
     customer = _pick(record, "customer_id") or call_input.get("customer_id")
-    return f"Closed the account of customer {customer}."
+    if record.get("already_closed"):
+        return f"The account of customer {customer} was already closed."
+    cancelled = _int(record.get("cancelled_subscriptions")) or 0
+    subscriptions = (
+        f" and cancelled {cancelled} subscription{'s' if cancelled != 1 else ''}" if cancelled else ""
+    )
+    return f"Closed the account of customer {customer}{subscriptions}."
 
 
 # --- message helpers ------------------------------------------------------------------------------
@@ -390,7 +447,9 @@ def _original_request(messages: list[dict], user_index: int) -> str:
 def _result_text(result: dict) -> str:
     content = result.get("content")
     if isinstance(content, list):
-        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        return "\n".join(
+            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
+        )
     return content if isinstance(content, str) else ""
 
 
@@ -417,7 +476,7 @@ def _pick(record: dict, *keys: str) -> Any:
 
 
 def _cents_of(record: dict) -> int | None:
-    cents = _pick(record, "amount_cents", "total_cents", "refunded_cents")
+    cents = _pick(record, "amount_cents", "total_cents")
     if cents is not None:
         return _int(cents)
     dollars = _pick(record, "amount", "total")
@@ -425,6 +484,10 @@ def _cents_of(record: dict) -> int | None:
         return int(Decimal(str(dollars)) * 100) if dollars is not None else None
     except ArithmeticError:
         return None
+
+
+def _refundable(invoice: dict) -> int:
+    return max(0, (_cents_of(invoice) or 0) - (_int(invoice.get("refunded_cents")) or 0))
 
 
 def _int(value: Any) -> int | None:
@@ -445,15 +508,19 @@ def _sentence_start(text: str, at: int) -> int:
 def _sentence_at(text: str, at: int) -> str:
     start = _sentence_start(text, at)
     end = re.search(r"[.!?](?:\s|$)|\n", text[at:])
-    return text[start: at + end.start() + 1 if end else len(text)].strip()
+    stop = at + end.start() + 1 if end else len(text)
+    return text[start:stop].strip()
 
 
 def _near(pattern: str, text: str, at: int) -> int | None:
-    """The number `pattern` captures closest after `at` in its sentence, else anywhere in the sentence or text."""
+    """The number `pattern` captures after `at` in its sentence, else anywhere in the sentence or text."""
     sentence_start = _sentence_start(text, at)
     sentence = _sentence_at(text, at)
-    return (_find_int(pattern, sentence[at - sentence_start:]) or _find_int(pattern, sentence)
-            or _find_int(pattern, text))
+    return (
+        _find_int(pattern, sentence[at - sentence_start :])
+        or _find_int(pattern, sentence)
+        or _find_int(pattern, text)
+    )
 
 
 def _find_int(pattern: str, text: str) -> int | None:
@@ -462,8 +529,9 @@ def _find_int(pattern: str, text: str) -> int | None:
 
 
 def _amount_cents(text: str) -> int | None:
-    dollars = re.search(r"\$\s*(\d[\d,]*(?:\.\d{1,2})?)|(\d[\d,]*(?:\.\d{1,2})?)\s*(?:dollars?|usd)\b",
-                        text, re.IGNORECASE)
+    dollars = re.search(
+        r"\$\s*(\d[\d,]*(?:\.\d{1,2})?)|(\d[\d,]*(?:\.\d{1,2})?)\s*(?:dollars?|usd)\b", text, re.IGNORECASE
+    )
     if dollars:
         return int(Decimal((dollars.group(1) or dollars.group(2)).replace(",", "")) * 100)
     return _find_int(r"\b(\d+)\s*cents?\b", text)
@@ -493,9 +561,11 @@ def _help(tools: set[str]) -> str:
     can = [phrase for tool, phrase in abilities.items() if tool in tools]
     if not can:
         return "I'm the offline demo assistant. No tools are available to me here, so I can only chat."
-    return (f"I'm the offline demo billing assistant. I can {_join(can)}. For example: "
-            "'refund $12.50 on invoice 4471', 'email customer 12 saying \"Thanks!\"' or "
-            "'look up alice@example.com'.")
+    return (
+        f"I'm the offline demo billing assistant. I can {_join(can)}. For example: "
+        "'refund $12.50 on invoice 4471', 'email customer 12 saying \"Thanks!\"' or "
+        "'look up alice@example.com'."
+    )
 
 
 def _long_answer() -> str:

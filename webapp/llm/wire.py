@@ -22,10 +22,22 @@ Responder = Callable[[dict], dict]
 
 KNOWN_BLOCK_TYPES = frozenset(
     {
-        "text", "image", "document", "search_result", "thinking", "redacted_thinking", "tool_use",
-        "tool_result", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
-        "code_execution_tool_result", "bash_code_execution_tool_result",
-        "text_editor_code_execution_tool_result", "tool_search_tool_result", "container_upload",
+        "text",
+        "image",
+        "document",
+        "search_result",
+        "thinking",
+        "redacted_thinking",
+        "tool_use",
+        "tool_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "container_upload",
     }
 )
 MAX_CACHE_BREAKPOINTS = 4
@@ -67,7 +79,8 @@ def validate_request(body: dict) -> list[str]:
     breakpoints = _count_cache_breakpoints(body)
     if breakpoints > MAX_CACHE_BREAKPOINTS:
         problems.append(
-            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {breakpoints}."
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {breakpoints}."
         )
     return problems
 
@@ -119,9 +132,11 @@ def _messages_problems(messages: list) -> list[str]:
         if i == 0 and role != "user":
             problems.append(f'{where}: first message must use the "user" role')
         if i > 0 and isinstance(messages[i - 1], dict) and messages[i - 1].get("role") == role:
-            problems.append(f'messages: roles must alternate between "user" and "assistant", but found '
-                            f'multiple "{role}" roles in a row at {where}')
-        problems += _content_problems(where, role, content, allow_empty=is_final and role == "assistant")
+            problems.append(
+                f'messages: roles must alternate between "user" and "assistant", but found '
+                f'multiple "{role}" roles in a row at {where}'
+            )
+        problems += _content_problems(where, role, content, is_prefill=is_final and role == "assistant")
         for block in _blocks(content):
             if block.get("type") == "tool_use":
                 block_id = block.get("id")
@@ -134,20 +149,24 @@ def _messages_problems(messages: list) -> list[str]:
     return problems
 
 
-def _content_problems(where: str, role: str, content: Any, allow_empty: bool) -> list[str]:
-    if isinstance(content, str):
-        if not content and not allow_empty:
-            return [f"{where}: all messages must have non-empty content except for the optional final "
-                    "assistant message"]
-        if role == "assistant" and allow_empty and content != content.rstrip():
-            return [f"{where}: final assistant content cannot end with trailing whitespace"]
-        return []
-    if not isinstance(content, list):
+def _content_problems(where: str, role: str, content: Any, is_prefill: bool) -> list[str]:
+    if not isinstance(content, str | list):
         return [f"{where}.content: Input should be a string or a list of content blocks"]
-    if not content and not allow_empty:
-        return [f"{where}: all messages must have non-empty content except for the optional final "
-                "assistant message"]
+    if not content and not is_prefill:
+        return [
+            f"{where}: all messages must have non-empty content except for the optional final "
+            "assistant message"
+        ]
+    texts = (
+        [content]
+        if isinstance(content, str)
+        else [b.get("text") for b in _blocks(content) if b.get("type") == "text"]
+    )
     problems = []
+    if is_prefill and texts and isinstance(texts[-1], str) and texts[-1] != texts[-1].rstrip():
+        problems.append(f"{where}: final assistant content cannot end with trailing whitespace")
+    if isinstance(content, str):
+        return problems
     for j, block in enumerate(content):
         at = f"{where}.content.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -176,23 +195,31 @@ def _pairing_problems(messages: list) -> list[str]:
             if not asked:
                 continue
             if i == len(messages) - 1:
-                problems.append(f"messages.{i}: the final assistant message may not contain tool_use blocks; "
-                                f"send their tool_result blocks in a user message")
+                problems.append(
+                    f"messages.{i}: the final assistant message may not contain tool_use blocks; "
+                    f"send their tool_result blocks in a user message"
+                )
                 continue
             following = messages[i + 1] if isinstance(messages[i + 1], dict) else {}
-            answered = {b.get("tool_use_id") for b in _blocks(following.get("content"))
-                        if b.get("type") == "tool_result"}
+            answered = {
+                b.get("tool_use_id")
+                for b in _blocks(following.get("content"))
+                if b.get("type") == "tool_result"
+            }
             missing = [tool_id for tool_id in asked if tool_id not in answered]
             if missing:
                 problems.append(
-                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
-                    f"{', '.join(map(str, missing))}. Each `tool_use` block must have a corresponding "
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+                    f"after: {', '.join(map(str, missing))}. Each `tool_use` block must have a corresponding "
                     f"`tool_result` block in the next message."
                 )
         elif message.get("role") == "user":
             previous = messages[i - 1] if i > 0 and isinstance(messages[i - 1], dict) else {}
-            offered = {b.get("id") for b in _blocks(previous.get("content"))
-                       if previous.get("role") == "assistant" and b.get("type") == "tool_use"}
+            offered = {
+                b.get("id")
+                for b in _blocks(previous.get("content"))
+                if previous.get("role") == "assistant" and b.get("type") == "tool_use"
+            }
             seen_other = False
             for j, block in enumerate(blocks):
                 if block.get("type") != "tool_result":
@@ -205,8 +232,10 @@ def _pairing_problems(messages: list) -> list[str]:
                         f"`tool_use` block in the previous message."
                     )
                 if seen_other:
-                    problems.append(f"messages.{i}.content.{j}: tool_result blocks must come before any "
-                                    f"other content in the user message")
+                    problems.append(
+                        f"messages.{i}.content.{j}: tool_result blocks must come before any "
+                        f"other content in the user message"
+                    )
     return problems
 
 
@@ -230,7 +259,9 @@ def _count_cache_breakpoints(body: dict) -> int:
 
 def api_error(status: int, message: str, error_type: str | None = None) -> dict:
     """The API's error body for an HTTP status: {"type": "error", "error": {"type", "message"}}."""
-    kind = error_type or ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+    kind = (
+        error_type or ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+    )
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
@@ -258,19 +289,33 @@ def sse_event(name: str, data: dict) -> bytes:
 def sse_events(message: dict, text_chunk_words: int = 3) -> Iterator[bytes]:
     """Encode a complete Messages API response as the SSE stream the API sends for it, event by event."""
     usage = dict(message.get("usage") or {})
-    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {**usage, "output_tokens": min(1, usage.get("output_tokens", 1))}}
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
     yield sse_event("message_start", {"type": "message_start", "message": start})
     yield sse_event("ping", {"type": "ping"})
     for index, block in enumerate(message.get("content") or []):
         yield from _block_events(index, block, text_chunk_words)
-    final_usage = {key: usage[key] for key in ("input_tokens", "cache_creation_input_tokens",
-                                                "cache_read_input_tokens", "output_tokens") if key in usage}
-    yield sse_event("message_delta", {
-        "type": "message_delta",
-        "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")},
-        "usage": final_usage,
-    })
+    final_usage = {
+        key: usage[key]
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+        if key in usage
+    }
+    yield sse_event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": message.get("stop_reason"),
+                "stop_sequence": message.get("stop_sequence"),
+            },
+            "usage": final_usage,
+        },
+    )
     yield sse_event("message_stop", {"type": "message_stop"})
 
 
@@ -295,7 +340,9 @@ def _block_events(index: int, block: dict, text_chunk_words: int) -> Iterator[by
 
 
 def _block_start(index: int, block: dict) -> bytes:
-    return sse_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+    return sse_event(
+        "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+    )
 
 
 def _block_delta(index: int, delta: dict) -> bytes:
@@ -305,13 +352,13 @@ def _block_delta(index: int, delta: dict) -> bytes:
 def _text_pieces(text: str, words: int) -> list[str]:
     tokens = re.findall(r"\s*\S+\s*|\s+", text)
     size = max(1, words)
-    return ["".join(tokens[i:i + size]) for i in range(0, len(tokens), size)] or [""]
+    return ["".join(tokens[i : i + size]) for i in range(0, len(tokens), size)] or [""]
 
 
 def _json_pieces(text: str, pieces: int = 4) -> list[str]:
     """The API opens with an empty partial_json, then sends the input in a few arbitrary cuts."""
     size = max(1, -(-len(text) // pieces))
-    return [""] + [text[i:i + size] for i in range(0, len(text), size)]
+    return [""] + [text[i : i + size] for i in range(0, len(text), size)]
 
 
 # --- the transport --------------------------------------------------------------------------------
@@ -328,7 +375,9 @@ class DemoTransport(httpx2.BaseTransport):
         raw = request.read()
         headers = {"request-id": request_id(raw)}
         if request.method != "POST" or not request.url.path.endswith("/v1/messages"):
-            return httpx2.Response(404, json=api_error(404, f"Not found: {request.url.path}"), headers=headers)
+            return httpx2.Response(
+                404, json=api_error(404, f"Not found: {request.url.path}"), headers=headers
+            )
         body, problems = read_request(raw)
         if problems:
             return httpx2.Response(400, json=api_error(400, "; ".join(problems)), headers=headers)
@@ -337,7 +386,11 @@ class DemoTransport(httpx2.BaseTransport):
             return httpx2.Response(200, json=message, headers=headers)
         return httpx2.Response(
             200,
-            headers={**headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"},
+            headers={
+                **headers,
+                "content-type": "text/event-stream; charset=utf-8",
+                "cache-control": "no-cache",
+            },
             stream=_EventStream(sse_events(message), self.chunk_delay),
         )
 

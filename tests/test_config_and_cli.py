@@ -1,0 +1,156 @@
+"""Configuration checked at boot, and the command-line contract scripts rely on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import func, select
+
+from tests.conftest import ROOT
+from webapp.config import Config, ConfigError
+from webapp.models import User
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("MOVE_BUDGET", "lots", "MOVE_BUDGET must be a whole number"),
+        ("MOVE_BUDGET", "0", "MOVE_BUDGET must be at least 1"),
+        ("MODEL_TIMEOUT_SECONDS", "soon", "MODEL_TIMEOUT_SECONDS must be a number of seconds"),
+        ("MOVE_RETRY_INTERVALS", "5,x", "MOVE_RETRY_INTERVALS must be comma-separated seconds"),
+        ("DATABASE_URL", "mysql://db/x", "DATABASE_URL must be a sqlite:/// path or a postgresql:// URL"),
+    ],
+)
+def test_a_bad_setting_fails_at_boot_naming_the_variable(tmp_path, name, value, says):
+    with pytest.raises(ConfigError, match=says):
+        Config.from_env({name: value, "INSTANCE_PATH": str(tmp_path)})
+
+
+def test_defaults_need_no_setup_and_postgres_urls_get_the_driver(tmp_path):
+    config = Config.from_env({"INSTANCE_PATH": str(tmp_path)})
+    assert config.database_url == f"sqlite:///{tmp_path / 'app.db'}"
+    assert config.redis_url is None and config.anthropic_api_key is None
+    assert config.move_budget == 25
+    assert (tmp_path / "secret_key").exists()
+    pg = Config.from_env({"INSTANCE_PATH": str(tmp_path), "DATABASE_URL": "postgres://u@h/db"})
+    assert pg.database_url == "postgresql+psycopg://u@h/db"
+
+
+def test_the_cli_reports_a_bad_setting_in_one_sentence(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "flask", "--app", "webapp", "sweep"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "INSTANCE_PATH": str(tmp_path), "MOVE_BUDGET": "lots"},
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "Configuration error: MOVE_BUDGET must be a whole number" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_create_user_and_create_token(app, cli):
+    created = cli(
+        "create-user",
+        "Pat@Example.com",
+        "--role",
+        "agent",
+        "--role",
+        "reviewer",
+        "--tenant",
+        "initech",
+        "--password",
+        "long-enough",
+    )
+    assert created.exit_code == 0, created.output
+    assert "Created pat@example.com (agent, reviewer) in tenant initech" in created.output
+    token = cli("create-token", "pat@example.com")
+    assert token.exit_code == 0
+    bearer = token.output.strip().splitlines()[-1]
+    response = app.test_client().post(
+        "/api/conversations", json={"message": "hi"}, headers={"Authorization": f"Bearer {bearer}"}
+    )
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            [
+                "create-user",
+                "x@example.com",
+                "--role",
+                "wizard",
+                "--tenant",
+                "acme",
+                "--password",
+                "long-enough",
+            ],
+            "'wizard' is not one of",
+        ),
+        (
+            [
+                "create-user",
+                "agent@acme.test",
+                "--role",
+                "agent",
+                "--tenant",
+                "acme",
+                "--password",
+                "long-enough",
+            ],
+            "already exists",
+        ),
+        (
+            [
+                "create-user",
+                "not-an-email",
+                "--role",
+                "agent",
+                "--tenant",
+                "acme",
+                "--password",
+                "long-enough",
+            ],
+            "is not an email address",
+        ),
+        (
+            [
+                "create-user",
+                "y@example.com",
+                "--role",
+                "agent",
+                "--tenant",
+                "Bad Slug",
+                "--password",
+                "long-enough",
+            ],
+            "tenant slug",
+        ),
+        (
+            ["create-user", "y@example.com", "--role", "agent", "--tenant", "acme", "--password", "short"],
+            "at least 8 characters",
+        ),
+        (["create-token", "nobody@example.com"], "No active user nobody@example.com"),
+    ],
+)
+def test_cli_mistakes_get_a_message_and_write_nothing(cli, read, args, says):
+    before = read(lambda s: s.scalar(select(func.count(User.id))))
+    result = cli(*args)
+    assert result.exit_code == 2
+    assert says in result.output
+    assert read(lambda s: s.scalar(select(func.count(User.id)))) == before
+
+
+def test_seed_demo_is_idempotent_and_prints_the_logins(cli, read):
+    first = cli("seed-demo")
+    second = cli("seed-demo")
+    assert first.exit_code == second.exit_code == 0
+    assert "agent@acme.test" in first.output and "reviewer@acme.test" in first.output
+    assert first.output == second.output
+    demo = User.email.like("%@acme.test") | User.email.like("%@globex.test")
+    assert read(lambda s: s.scalar(select(func.count(User.id)).where(demo))) == 7
