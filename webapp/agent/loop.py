@@ -7,12 +7,13 @@ after). Nothing here knows about Flask or RQ.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import select
+from sqlalchemy.orm import Session, joinedload
 
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
 from webapp.agent.transcript import api_messages, tool_uses
@@ -36,6 +37,9 @@ RESULT_CANCELLED_RUNNING = (
     "it may or may not have taken effect. Check before trying again."
 )
 RESULT_CUT_OFF = "Not run: the reply was cut off by the output token limit before this call was complete."
+
+
+_UNREAD = object()
 
 
 class ConversationBusy(Exception):
@@ -93,6 +97,10 @@ class Loop:
         self.settings = settings or LoopSettings()
         self.events = events or _NoEvents()
         self.should_stop = should_stop
+        # Read once per Loop: the last row only changes through _append, and only the mover holding
+        # the lease (or a web request that won the status compare-and-set) appends.
+        self._last: Message | None | object = _UNREAD
+        self._round: list[ToolCall] | None = None
 
     # --- reading the state ---------------------------------------------------------------------
 
@@ -104,23 +112,27 @@ class Loop:
         )
 
     def last_row(self) -> Message | None:
-        return self.session.scalar(
-            select(Message)
-            .where(Message.conversation_id == self.conversation.id)
-            .order_by(Message.seq.desc())
-            .limit(1)
-        )
+        if self._last is _UNREAD:
+            self._last = self.session.scalar(
+                select(Message)
+                .where(Message.conversation_id == self.conversation.id)
+                .order_by(Message.seq.desc())
+                .limit(1)
+            )
+        return self._last
 
     def open_round(self) -> list[ToolCall]:
         """The calls of the last assistant turn when it asked for tools and has no results yet."""
         last = self.last_row()
         if last is None or last.role != "assistant" or not tool_uses(last.content):
             return []
-        return list(
-            self.session.scalars(
-                select(ToolCall).where(ToolCall.message_id == last.id).order_by(ToolCall.position)
+        if self._round is None:
+            self._round = list(
+                self.session.scalars(
+                    select(ToolCall).where(ToolCall.message_id == last.id).order_by(ToolCall.position)
+                )
             )
-        )
+        return self._round
 
     def is_complete(self) -> bool:
         """True when the model's last turn answered without asking for a tool."""
@@ -184,7 +196,9 @@ class Loop:
 
     def build_request(self) -> dict:
         """The next model request: system prompt and tools (both cache breakpoints) and the transcript."""
-        user = self.session.get(User, self.conversation.user_id)
+        user = self.session.scalars(
+            select(User).options(joinedload(User.tenant)).where(User.id == self.conversation.user_id)
+        ).one()
         system = [
             {
                 "type": "text",
@@ -200,15 +214,14 @@ class Loop:
         Give it a request from build_request() to make the call without touching the database
         until the reply is in (the mover does, so no transaction stays open during the call)."""
         c = self.conversation
-        conversation_id = c.id
+        deltas = _DeltaBuffer(self.events, c.id)
         reply = self.model.generate(
             **(request or self.build_request()),
-            on_text=lambda text: self.events.publish(conversation_id, {"type": "text", "text": text}),
-            on_tool_start=lambda name: self.events.publish(
-                conversation_id, {"type": "tool_start", "name": name}
-            ),
+            on_text=deltas.add,
+            on_tool_start=lambda name: deltas.publish({"type": "tool_start", "name": name}),
             should_stop=self.should_stop,
         )
+        deltas.flush()
         self._record_usage(reply)
         content = reply.content
         if reply.stop_reason == "cancelled":
@@ -352,16 +365,14 @@ class Loop:
     # --- writing -------------------------------------------------------------------------------
 
     def _append(self, role: str, content: list[dict]) -> Message:
-        c = self.conversation
-        seq = (
-            self.session.scalar(
-                select(func.coalesce(func.max(Message.seq), 0)).where(Message.conversation_id == c.id)
-            )
-            + 1
+        last = self.last_row()
+        seq = last.seq + 1 if last is not None else 1  # (conversation_id, seq) is unique: a race fails loudly
+        message = Message(
+            conversation_id=self.conversation.id, seq=seq, role=role, content=content, created_at=utcnow()
         )
-        message = Message(conversation_id=c.id, seq=seq, role=role, content=content, created_at=utcnow())
         self.session.add(message)
         self.session.flush()
+        self._last, self._round = message, None
         return message
 
     def _add_call(self, message: Message, position: int, block: dict, *, cut_off: bool) -> ToolCall:
@@ -411,6 +422,34 @@ class Loop:
         )
         c.run_tokens += sum(usage.values())
         c.stop_reason = reply.stop_reason
+
+
+class _DeltaBuffer:
+    """Text deltas gathered into one event per PUBLISH_EVERY seconds: smooth for a reader, and a
+    fast model does not cost a Redis round trip per token."""
+
+    PUBLISH_EVERY = 0.05
+
+    def __init__(self, events: Events, conversation_id: int) -> None:
+        self.events = events
+        self.conversation_id = conversation_id
+        self.pending: list[str] = []
+        self.last = time.monotonic()
+
+    def add(self, text: str) -> None:
+        self.pending.append(text)
+        if time.monotonic() - self.last >= self.PUBLISH_EVERY:
+            self.flush()
+
+    def publish(self, event: dict) -> None:
+        self.flush()
+        self.events.publish(self.conversation_id, event)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.events.publish(self.conversation_id, {"type": "text", "text": "".join(self.pending)})
+            self.pending = []
+        self.last = time.monotonic()
 
 
 def _busy_reason(status: str) -> str:

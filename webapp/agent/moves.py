@@ -60,7 +60,7 @@ def advance(
 ) -> MoveResult:
     """Make one move of the conversation if this job may; see the module docstring."""
     lease = timedelta(seconds=lease_seconds)
-    claimed = session.execute(
+    conversation = session.scalars(
         update(Conversation)
         .where(
             Conversation.id == conversation_id,
@@ -69,13 +69,13 @@ def advance(
             or_(Conversation.lease_expires_at.is_(None), Conversation.lease_expires_at < utcnow()),
         )
         .values(lease_owner=owner, lease_expires_at=utcnow() + lease, status=ConversationStatus.RUNNING)
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    if not claimed:
+        .returning(Conversation)
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+    if conversation is None:
         session.rollback()
         return MoveResult("skipped")
 
-    conversation = session.get(Conversation, conversation_id, populate_existing=True)
     watcher = _LeaseWatcher(session, conversation_id, owner, lease)
     loop = make_loop(session, conversation, watcher.should_stop)
     move = loop.next_move()

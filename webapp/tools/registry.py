@@ -72,6 +72,7 @@ class ToolOutcome:
 class ToolRegistry:
     def __init__(self, tools: list[type[Tool]] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        self._definitions: list[dict] | None = None
         for tool in tools or []:
             self.register(tool)
 
@@ -79,6 +80,7 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool()
+        self._definitions = None
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -88,10 +90,12 @@ class ToolRegistry:
 
     def definitions(self) -> list[dict]:
         """Tool definitions for the Messages API; the last one marks the cache breakpoint."""
-        defs = [tool.definition() for tool in self._tools.values()]
-        if defs:
-            defs[-1] = {**defs[-1], "cache_control": {"type": "ephemeral"}}
-        return defs
+        if self._definitions is None:
+            defs = [tool.definition() for tool in self._tools.values()]
+            if defs:
+                defs[-1] = {**defs[-1], "cache_control": {"type": "ephemeral"}}
+            self._definitions = defs
+        return self._definitions
 
     def check(self, name: str, raw_input: Any) -> str | None:
         """None when the call may run; otherwise the error the model should get instead."""
