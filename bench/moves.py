@@ -99,9 +99,7 @@ def new_conversations(app, count: int, enqueue: bool) -> list[int]:
         agent = db.session.scalar(select(User).where(User.email == "agent@acme.test"))
         pending = []
         for _ in range(count):
-            conversation = Conversation(
-                tenant_id=agent.tenant_id, user_id=agent.id, status="queued", move_budget=50
-            )
+            conversation = Conversation(tenant_id=agent.tenant_id, user_id=agent.id, status="queued", move_budget=50)
             db.session.add(conversation)
             db.session.flush()
             services().loop(db.session, conversation).ask_later(QUESTION)
@@ -224,17 +222,11 @@ def measure_throughput(app, env: dict, conversations: int, workers: int) -> dict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--conversations", type=int, default=200, help="concurrent conversations (default 200)"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conversations", type=int, default=200, help="concurrent conversations (default 200)")
     parser.add_argument("--workers", default="1,2,4", help="worker counts to try (default 1,2,4)")
     parser.add_argument("--overhead-conversations", type=int, default=100, help="for the overhead figure")
-    parser.add_argument(
-        "--postgres", help="a PostgreSQL server URL; a scratch database desk_bench is made there"
-    )
+    parser.add_argument("--postgres", help="a PostgreSQL server URL; a scratch database desk_bench is made there")
     parser.add_argument("--redis", help="a Redis URL for the PostgreSQL run (default: embedded)")
     parser.add_argument("--skip-sqlite", action="store_true")
     args = parser.parse_args()
@@ -276,9 +268,7 @@ def print_report(report: dict) -> None:
         for label, row in result["overhead"].items():
             print(f"{name:<11} {label:<16} {row['count']:>6} {row['p50_ms']:>8} {row['p95_ms']:>8}")
     print("\nThroughput: concurrent conversations, each three moves")
-    print(
-        f"{'backend':<11} {'workers':>7} {'convs':>6} {'moves':>6} {'seconds':>8} {'moves/s':>8} {'vs 1':>6}"
-    )
+    print(f"{'backend':<11} {'workers':>7} {'convs':>6} {'moves':>6} {'seconds':>8} {'moves/s':>8} {'vs 1':>6}")
     for name, result in report["backends"].items():
         base = result["throughput"][0]["moves_per_s"]
         for row in result["throughput"]:

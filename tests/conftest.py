@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import redis as redis_lib
+from flask.globals import _cv_app
+from flask.testing import FlaskClient
 from rq import Worker
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
@@ -119,9 +121,7 @@ def model() -> Iterator[ModelServer]:
     """The model behind a real local HTTP endpoint; every request the app sent must have been valid."""
     with ModelServer() as server:
         yield server
-    assert not server.invalid_requests, (
-        f"the app sent invalid Messages API requests: {server.invalid_requests}"
-    )
+    assert not server.invalid_requests, f"the app sent invalid Messages API requests: {server.invalid_requests}"
 
 
 @pytest.fixture
@@ -150,6 +150,10 @@ def clean(engine, base_env):
     with Session(engine) as session:
         seed_demo(session)
         session.commit()
+    with engine.begin() as connection:  # demo logins back as seeded, whatever a test did to them
+        connection.execute(text(
+            "UPDATE users SET active = true WHERE email LIKE '%@acme.test' OR email LIKE '%@globex.test'"
+        ))
     redis_lib.Redis.from_url(base_env["REDIS_URL"]).flushdb()
 
 
@@ -171,12 +175,30 @@ def session(engine, clean) -> Iterator[Session]:
         yield session
 
 
+class IsolatedClient(FlaskClient):
+    """Each request runs in its own app context, as in production, even though the test holds one
+    open for its own queries: no `g` (signed-in user, CSRF token) or database session is shared
+    between requests or with the test."""
+
+    def open(self, *args, **kwargs):
+        from webapp.extensions import db
+
+        if _cv_app.get(None) is not None:
+            db.session.remove()  # end the test's own transaction: on SQLite it would hold the write lock
+        token = _cv_app.set(None)
+        try:
+            return super().open(*args, **kwargs)
+        finally:
+            _cv_app.reset(token)
+
+
 @pytest.fixture
 def app(env, clean):
     from webapp import create_app
     from webapp.extensions import db
 
     app = create_app(Config.from_env(env))
+    app.test_client_class = IsolatedClient
     with app.app_context():
         yield app
         db.session.remove()
@@ -238,11 +260,6 @@ class _AsUser:
 
     @staticmethod
     def _done(response):
-        # The test holds the app context open, so Flask would keep the request's session (and, on
-        # SQLite, its write lock) until the test ends; a real request ends it at teardown.
-        from webapp.extensions import db
-
-        db.session.remove()
         return response
 
 

@@ -87,9 +87,7 @@ class Fault:
 
         A non-streaming request gets the matching HTTP error (529 for overloaded_error) instead.
         """
-        return Step(
-            cut_after=after, stream_error={"type": "error", "error": {"type": error_type, "message": message}}
-        )
+        return Step(cut_after=after, stream_error={"type": "error", "error": {"type": error_type, "message": message}})
 
 
 class Reply:
@@ -203,11 +201,7 @@ class ModelServer:
             )
             http.send_json(status, step.stream_error, headers)
         elif step.malformed:
-            garbage = (
-                b"event: message_start\ndata: {not json\n\n"
-                if stream
-                else b'{"type": "message", "content": ['
-            )
+            garbage = b"event: message_start\ndata: {not json\n\n" if stream else b'{"type": "message", "content": ['
             http.send_bytes(200, garbage, {**headers, "content-type": _content_type(stream)})
         elif body is None or (problems and step.message is None):
             http.send_json(400, api_error(400, "; ".join(problems)), headers)

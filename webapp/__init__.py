@@ -7,6 +7,7 @@ from pathlib import Path
 from flask import Flask
 from htmx_flask import Htmx
 
+from webapp import audit, security
 from webapp.config import Config, ConfigError
 from webapp.database import engine_options, prepare_engine
 from webapp.extensions import db, migrate
@@ -40,6 +41,8 @@ def create_app(config: Config | None = None) -> Flask:
     db.init_app(app)
     migrate.init_app(app, db, directory=str(Path(__file__).parent / "migrations"))
     Htmx(app)
+    security.init_app(app, config)
+    audit.install()
     with app.app_context():
         prepare_engine(db.engine)
 
@@ -47,11 +50,19 @@ def create_app(config: Config | None = None) -> Flask:
 
     app.extensions["desk"] = Services(config=config, dispatcher=Dispatcher(config), tools=demo_registry())
 
-    from webapp import api, cli, errors, health, pages
+    from webapp import admin, api, auth, chat, cli, errors, health, pages, rendering
+    from webapp.navigation import nav_items
 
     app.register_blueprint(api.bp)
+    security.csrf.exempt(api.bp)  # bearer tokens, no cookies: nothing to forge
     app.register_blueprint(health.bp)
+    app.register_blueprint(auth.bp)
     app.register_blueprint(pages.bp)
+    app.register_blueprint(chat.bp)
+    app.register_blueprint(admin.bp)
+    rendering.register(app)
+    app.context_processor(lambda: {"nav_items": nav_items()})
     cli.register(app)
+    audit.register_cli(app)
     errors.register(app)
     return app

@@ -83,3 +83,52 @@ def user_for_token(session: Session, token: str) -> User | None:
     if row is None or not row.user.active:
         return None
     return row.user
+
+
+def _clean_roles(roles) -> list[str]:
+    roles = list(roles or [])
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise AccountError(f"roles must be among {', '.join(ROLES)}; {', '.join(unknown)} is not one of them")
+    if not roles:
+        raise AccountError("choose at least one role")
+    return sorted(set(roles), key=ROLES.index)
+
+
+def set_roles(session: Session, user: User, roles, *, actor: User | None = None) -> list[str]:
+    """Give the user exactly these roles and return the roles they had before. AccountError for
+    unknown or no roles, or when an admin (actor) would remove their own admin role."""
+    new_roles = _clean_roles(roles)
+    if actor is not None and actor.id == user.id and user.has_role("admin") and "admin" not in new_roles:
+        raise AccountError("you cannot remove your own admin role; ask another admin to do it")
+    before = list(user.roles or [])
+    user.roles = new_roles  # a new list, so the JSON column sees the change
+    session.flush()
+    return before
+
+
+def set_active(session: Session, user: User, active: bool, *, actor: User | None = None) -> bool:
+    """Enable or disable the user; True when that changed anything. Disabling ends every browser
+    session of theirs at once; their API tokens stop working because user_for_token checks active.
+    AccountError when an admin (actor) would disable themself."""
+    if not active and actor is not None and actor.id == user.id:
+        raise AccountError("you cannot disable your own account; ask another admin to do it")
+    if user.active == active:
+        return False
+    user.active = active
+    if not active:
+        user.session_token = secrets.token_hex(16)
+    session.flush()
+    return True
+
+
+def reset_password(session: Session, user: User, new_password: str) -> None:
+    """Set a new password and end every browser session of the user's. AccountError when the
+    password is shorter than 8 or longer than 200 characters."""
+    if len(new_password or "") < 8:
+        raise AccountError("the new password must be at least 8 characters")
+    if len(new_password) > 200:
+        raise AccountError("the new password must be at most 200 characters")
+    user.password_hash = generate_password_hash(new_password)
+    user.session_token = secrets.token_hex(16)
+    session.flush()

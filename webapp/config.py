@@ -42,6 +42,15 @@ def _float(env: dict, name: str, default: float, minimum: float = 0.0) -> float:
     return value
 
 
+def _bool(env: dict, name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
+
+
 def _intervals(env: dict, name: str, default: tuple[int, ...]) -> tuple[int, ...]:
     raw = env.get(name)
     if raw in (None, ""):
@@ -76,9 +85,7 @@ def _database_url(env: dict, instance_path: Path) -> str:
         if url.startswith(prefix):
             url = "postgresql+psycopg://" + url[len(prefix) :]
     if not url.startswith(("sqlite:", "postgresql+psycopg:")):
-        raise ConfigError(
-            f"DATABASE_URL must be a sqlite:/// path or a postgresql:// URL, got {url.split(':')[0]}:..."
-        )
+        raise ConfigError(f"DATABASE_URL must be a sqlite:/// path or a postgresql:// URL, got {url.split(':')[0]}:...")
     return url
 
 
@@ -105,6 +112,8 @@ class Config:
     tool_output_limit: int = 8000  # characters of tool output the model sees
     queue_name: str = "moves"
     max_request_bytes: int = 64 * 1024
+    secure_cookies: bool = False  # set SECURE_COOKIES=1 when served over HTTPS
+    session_idle_minutes: int = 30
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -130,6 +139,8 @@ class Config:
             sweep_interval_seconds=_float(env, "SWEEP_INTERVAL_SECONDS", cls.sweep_interval_seconds, 0.1),
             tool_output_limit=_int(env, "TOOL_OUTPUT_LIMIT", cls.tool_output_limit, minimum=200),
             queue_name=env.get("QUEUE_NAME") or cls.queue_name,
+            secure_cookies=_bool(env, "SECURE_COOKIES"),
+            session_idle_minutes=_int(env, "SESSION_IDLE_MINUTES", cls.session_idle_minutes, minimum=1),
         )
 
     def describe(self) -> dict:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from flask import jsonify
 
 
-class ApiError(Exception):
+class Refused(Exception):
+    """A request that cannot be honoured: an HTTP status, a stable `code` for the API, and a
+    `message` that tells a person what happened and what to do."""
+
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -22,6 +25,7 @@ def json_error(status: int, code: str, message: str):
 def register(app) -> None:
     """Unmatched /api URLs and unexpected errors answer in JSON or a plain page, never a traceback."""
     from flask import render_template, request
+    from flask_wtf.csrf import CSRFError
     from werkzeug.exceptions import HTTPException
 
     from webapp.extensions import db
@@ -29,10 +33,11 @@ def register(app) -> None:
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):
         if request.path.startswith("/api/"):
-            return json_error(
-                exc.code or 500, exc.name.lower().replace(" ", "_"), exc.description or exc.name
-            )
-        return render_template("error.html", title=exc.name, message=exc.description), exc.code
+            return json_error(exc.code or 500, exc.name.lower().replace(" ", "_"), exc.description or exc.name)
+        message = exc.description
+        if isinstance(exc, CSRFError):
+            message = "This form expired or came from another site. Reload the page and try again."
+        return render_template("error.html", title=exc.name, message=message), exc.code
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

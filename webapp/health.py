@@ -9,12 +9,14 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from webapp.extensions import db
+from webapp.security import public
 from webapp.services import services
 
 bp = Blueprint("health", __name__)
 
 
 @bp.get("/healthz")
+@public
 def healthz():
     report: dict = {}
     try:

@@ -6,6 +6,7 @@ sqlalchemy.orm.Session objects, so it stays free of Flask and RQ.
 
 from __future__ import annotations
 
+import secrets
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -90,12 +91,26 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(String(255), default="")
     roles: Mapped[list] = mapped_column(JSONType, default=list)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Part of every session cookie; changing it (disable, password reset) ends all sessions at once.
+    session_token: Mapped[str] = mapped_column(String(64), default=lambda: secrets.token_hex(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     tenant: Mapped[Tenant] = relationship()
 
     def has_role(self, role: str) -> bool:
         return role in (self.roles or [])
+
+    # What Flask-Login asks of a user (kept here so the model needs no Flask import).
+    is_authenticated = True
+    is_anonymous = False
+
+    @property
+    def is_active(self) -> bool:
+        return self.active
+
+    def get_id(self) -> str:
+        """The session's user id: the token changes when the user is disabled or their password reset."""
+        return f"{self.id}:{self.session_token}"
 
     @property
     def label(self) -> str:
@@ -286,3 +301,47 @@ class OutgoingEmail(Base):
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
     created_by_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# --- the audit log ------------------------------------------------------------------------------
+
+
+class AuditEvent(Base):
+    """One append-only audit record, hash-chained to the previous record of its chain (its tenant,
+    or "global" for events outside any tenant such as a sign-in with an unknown email)."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    chain: Mapped[str] = mapped_column(String(32))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    action: Mapped[str] = mapped_column(String(64))
+    actor_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    actor_label: Mapped[str | None] = mapped_column(String(254))
+    conversation_id: Mapped[int | None] = mapped_column(Integer)
+    tool_call_id: Mapped[int | None] = mapped_column(Integer)
+    tool_name: Mapped[str | None] = mapped_column(String(128))
+    outcome: Mapped[str | None] = mapped_column(String(32))
+    data: Mapped[dict] = mapped_column(JSONType, default=dict)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+    __table_args__ = (
+        UniqueConstraint("chain", "seq", name="uq_audit_events_chain_seq"),
+        Index("ix_audit_events_tenant_time", "tenant_id", "created_at", "id"),
+        Index("ix_audit_events_tenant_action", "tenant_id", "action", "id"),
+        Index("ix_audit_events_conversation", "conversation_id", "id"),
+        Index("ix_audit_events_actor", "actor_id", "id"),
+    )
+
+
+class AuditHead(Base):
+    """The last link of each chain; locking its row orders concurrent writers of one chain."""
+
+    __tablename__ = "audit_heads"
+
+    chain: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    hash: Mapped[str] = mapped_column(String(64))

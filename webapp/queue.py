@@ -65,9 +65,7 @@ class Dispatcher:
                 version,
                 job_id=move_job_id(conversation_id, version, recovery),
                 unique=True,
-                retry=Retry(max=retries, interval=list(self.config.move_retry_intervals))
-                if retries
-                else None,
+                retry=Retry(max=retries, interval=list(self.config.move_retry_intervals)) if retries else None,
                 job_timeout=max(600, int(self.config.model_timeout_seconds * 4)),
                 result_ttl=300,
                 failure_ttl=7 * 24 * 3600,

@@ -139,9 +139,7 @@ TENANTS = (
                 (120_000, 120_000, 120_000, 120_000),
                 newest_open=True,
             ),
-            DemoCustomer(
-                8802, "Ines Moreau", "ines.moreau@example.com", "standard", (12_900, 12_900, 12_900)
-            ),
+            DemoCustomer(8802, "Ines Moreau", "ines.moreau@example.com", "standard", (12_900, 12_900, 12_900)),
             DemoCustomer(
                 8803,
                 "Kofi Mensah",
@@ -150,9 +148,7 @@ TENANTS = (
                 (49_000, 49_000, 53_000, 49_000, 49_000),
                 newest_open=True,
             ),
-            DemoCustomer(
-                8804, "Olga Petrova", "olga.petrova@example.net", "starter", (2_900, 2_900, 2_900, 2_900)
-            ),
+            DemoCustomer(8804, "Olga Petrova", "olga.petrova@example.net", "starter", (2_900, 2_900, 2_900, 2_900)),
             DemoCustomer(
                 8805,
                 "Ravi Shah",
@@ -177,9 +173,7 @@ TENANTS = (
                 (2_900, 1_500, 2_900),
                 newest_open=True,
             ),
-            DemoCustomer(
-                8808, "Yuki Tanaka", "yuki.tanaka@example.net", "standard", (12_900, 12_900, 12_900, 12_900)
-            ),
+            DemoCustomer(8808, "Yuki Tanaka", "yuki.tanaka@example.net", "standard", (12_900, 12_900, 12_900, 12_900)),
         ),
         logins=(("agent@globex.test", "agent"), ("reviewer@globex.test", "reviewer")),
     ),
@@ -238,9 +232,7 @@ def _seed_invoices(session: Session, tenant: Tenant, spec: DemoTenant) -> None:
             if session.get(Invoice, invoice_id) is not None:
                 continue
             issued = _months_back(months)
-            extra = (
-                " incl. extra seats and usage" if amount > price else (" prorated" if amount < price else "")
-            )
+            extra = " incl. extra seats and usage" if amount > price else (" prorated" if amount < price else "")
             session.add(
                 Invoice(
                     id=invoice_id,
@@ -266,9 +258,7 @@ def _advance_sequences(session: Session) -> None:
     if session.connection().dialect.name != "postgresql":
         return
     for table in ("customers", "invoices"):
-        session.execute(
-            text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT MAX(id) FROM {table}))")
-        )
+        session.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT MAX(id) FROM {table}))"))
 
 
 def seed_demo(session: Session) -> list[dict]:

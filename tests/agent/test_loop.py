@@ -17,9 +17,7 @@ from webapp.models import Message, Refund, ToolCall, User
 
 def calls_of(session, loop) -> list[ToolCall]:
     return list(
-        session.scalars(
-            select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id).order_by(ToolCall.id)
-        )
+        session.scalars(select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id).order_by(ToolCall.id))
     )
 
 
@@ -67,16 +65,12 @@ def test_generate_appends_the_reply_and_one_tool_call_row_per_tool_use(session, 
     assert request["tools"][-1]["cache_control"] == {"type": "ephemeral"}
 
 
-def test_a_round_of_three_where_one_tool_fails_answers_all_three_in_order_in_one_message(
-    session, new_loop, model
-):
+def test_a_round_of_three_where_one_tool_fails_answers_all_three_in_order_in_one_message(session, new_loop, model):
     model.enqueue(
         Reply.message(
             reply(
                 tool_use("lookup_customer", {"query": "Ada"}, "toolu_a"),
-                tool_use(
-                    "lookup_invoices", {"customer_id": 999_999}, "toolu_b"
-                ),  # no such customer: the tool fails
+                tool_use("lookup_invoices", {"customer_id": 999_999}, "toolu_b"),  # no such customer: the tool fails
                 tool_use("lookup_invoices", {"customer_id": 4471, "limit": 2}, "toolu_c"),
             )
         )
@@ -170,9 +164,7 @@ def test_sensitive_calls_wait_for_a_decision_and_safe_ones_of_the_round_run_at_o
 
 def test_a_decision_is_taken_once_and_the_second_hears_who_decided_and_when(session, new_loop, model):
     model.enqueue(
-        Reply.message(
-            reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}))
-        )
+        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"})))
     )
     loop = new_loop()
     loop.ask_later("refund")
@@ -193,13 +185,9 @@ def test_a_decision_is_taken_once_and_the_second_hears_who_decided_and_when(sess
     assert "reviewer@acme.test" in second.value.message and "UTC" in second.value.message
 
 
-def test_decisions_are_refused_to_the_asker_for_stale_arguments_and_without_a_reason(
-    session, new_loop, model
-):
+def test_decisions_are_refused_to_the_asker_for_stale_arguments_and_without_a_reason(session, new_loop, model):
     model.enqueue(
-        Reply.message(
-            reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}))
-        )
+        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"})))
     )
     loop = new_loop()
     loop.ask_later("refund")
@@ -353,7 +341,4 @@ def test_a_busy_conversation_refuses_a_new_message_and_says_why(session, new_loo
     loop.complete()
     with pytest.raises(ConversationBusy, match="waiting for a person"):
         loop.ask_later("again")
-    assert (
-        session.scalar(select(func.count(Message.id)).where(Message.conversation_id == loop.conversation.id))
-        == 2
-    )
+    assert session.scalar(select(func.count(Message.id)).where(Message.conversation_id == loop.conversation.id)) == 2

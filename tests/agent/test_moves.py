@@ -90,9 +90,7 @@ def test_a_held_lease_keeps_a_second_mover_out(session, new_loop, mover, model):
     assert model.requests == []
 
 
-def test_after_a_crash_the_claimed_call_reruns_with_its_key_and_does_not_refund_twice(
-    session, new_loop, mover, model
-):
+def test_after_a_crash_the_claimed_call_reruns_with_its_key_and_does_not_refund_twice(session, new_loop, mover, model):
     model.enqueue(Reply.message(reply(tool_use("issue_refund", REFUND))))
     loop = started(session, new_loop, "refund")
     mover(loop)  # generate: the refund waits for a decision
@@ -136,9 +134,7 @@ def test_a_transient_model_error_releases_the_lease_for_a_retry(session, new_loo
     assert mover(loop, version=version).outcome == "generate"
 
 
-def test_a_transient_error_on_the_last_attempt_fails_the_conversation_in_words(
-    session, new_loop, mover, model
-):
+def test_a_transient_error_on_the_last_attempt_fails_the_conversation_in_words(session, new_loop, mover, model):
     loop = started(session, new_loop)
     model.enqueue(Fault.status(529, error_type="overloaded_error"))
     assert mover(loop, final_attempt=True).outcome == "failed"
@@ -160,9 +156,7 @@ def test_a_permanent_model_error_fails_at_once_and_retry_requeues(session, new_l
     assert mover(loop).outcome == "generate"
 
 
-def test_a_decision_landing_while_a_move_parks_wakes_the_conversation_instead(
-    session, new_loop, mover, model, engine
-):
+def test_a_decision_landing_while_a_move_parks_wakes_the_conversation_instead(session, new_loop, mover, model, engine):
     model.enqueue(Reply.message(reply(tool_use("issue_refund", REFUND))))
     loop = started(session, new_loop, "refund")
     mover(loop)  # generate; the next move will find the refund awaiting a decision
@@ -222,9 +216,7 @@ def test_a_move_writes_only_what_is_new(session, new_loop, mover, model, engine)
         event.remove(engine, "before_cursor_execute", record)
     assert not any(s.startswith("DELETE") for s in statements)
     assert "UPDATE messages" not in statements  # history is never rewritten
-    assert [s for s in statements if s.startswith("INSERT")] == [
-        "INSERT INTO messages"
-    ]  # the round's results
+    assert [s for s in statements if s.startswith("INSERT")] == ["INSERT INTO messages"]  # the round's results
     assert set(statements) == {"UPDATE conversations", "UPDATE tool_calls", "INSERT INTO messages"}
 
 
@@ -253,9 +245,7 @@ def test_conversation_rows_never_leak_into_another_conversation(session, new_loo
         (Fault.hang(8), "timeout"),
     ],
 )
-def test_every_kind_of_flaky_model_answer_is_transient_and_loses_nothing(
-    session, new_loop, mover, model, fault, code
-):
+def test_every_kind_of_flaky_model_answer_is_transient_and_loses_nothing(session, new_loop, mover, model, fault, code):
     loop = started(session, new_loop)
     model.enqueue(fault)
     with pytest.raises(TransientMoveError) as raised:

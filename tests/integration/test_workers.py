@@ -49,9 +49,7 @@ def assert_valid_transcript(conversation: dict) -> None:
     problems = validate_request({"model": "m", "max_tokens": 1, "messages": conversation["messages"]})
     assert problems == [], problems
     uses = [b["id"] for m in conversation["messages"] for b in m["content"] if b["type"] == "tool_use"]
-    results = [
-        b["tool_use_id"] for m in conversation["messages"] for b in m["content"] if b["type"] == "tool_result"
-    ]
+    results = [b["tool_use_id"] for m in conversation["messages"] for b in m["content"] if b["type"] == "tool_result"]
     assert results == uses
 
 
@@ -87,12 +85,8 @@ def test_an_approved_refund_runs_in_the_worker_and_the_model_hears_the_result(ap
 
 
 def three_refunds(api, model) -> int:
-    refunds = [
-        {"invoice_id": invoice, "amount_cents": 100, "reason": "goodwill"} for invoice in (4401, 4402, 4403)
-    ]
-    model.enqueue(
-        Reply.message(reply(*[tool_use("issue_refund", r) for r in refunds])), match="three refunds"
-    )
+    refunds = [{"invoice_id": invoice, "amount_cents": 100, "reason": "goodwill"} for invoice in (4401, 4402, 4403)]
+    model.enqueue(Reply.message(reply(*[tool_use("issue_refund", r) for r in refunds])), match="three refunds")
     return start(api, "three refunds please")
 
 
@@ -118,9 +112,7 @@ def assert_three_refunds_once_each(api, read, conversation_id: int) -> dict:
     return {c["input"]["invoice_id"]: attempts(read, c["id"]) for c in done["tool_calls"]}
 
 
-def test_a_worker_killed_after_the_first_of_three_tools_resumes_with_only_the_other_two(
-    api, workers, model, read
-):
+def test_a_worker_killed_after_the_first_of_three_tools_resumes_with_only_the_other_two(api, workers, model, read):
     conversation_id = three_refunds(api, model)
     worker = workers()
     first, second, third = wait_status(api, conversation_id, "awaiting_approval")["tool_calls"]
@@ -134,9 +126,7 @@ def test_a_worker_killed_after_the_first_of_three_tools_resumes_with_only_the_ot
     assert tries == {4401: 1, 4402: 1, 4403: 1}  # the finished call was not run again
 
 
-def test_a_worker_killed_inside_a_tool_call_resumes_it_under_its_idempotency_key(
-    api, workers, model, engine, read
-):
+def test_a_worker_killed_inside_a_tool_call_resumes_it_under_its_idempotency_key(api, workers, model, engine, read):
     if engine.dialect.name != "postgresql":
         pytest.skip("holding one invoice's row lock from the test needs PostgreSQL's row locks")
     conversation_id = three_refunds(api, model)
@@ -147,10 +137,7 @@ def test_a_worker_killed_inside_a_tool_call_resumes_it_under_its_idempotency_key
         for call in calls:
             decide_call(api, call["id"])
         wait_until(
-            lambda: (
-                count(read, Refund) == 1
-                and read(lambda s: s.get(ToolCall, calls[1]["id"]).status) == "running"
-            ),
+            lambda: count(read, Refund) == 1 and read(lambda s: s.get(ToolCall, calls[1]["id"]).status) == "running",
             30,
             "the second refund to be claimed and stuck inside the tool",
         )
@@ -215,9 +202,7 @@ def test_a_permanent_model_error_fails_at_once(api, workers, model):
     assert "roles must alternate" in failed["error"]["message"]
 
 
-def test_cancel_between_moves_settles_the_waiting_calls_and_the_conversation_continues(
-    api, workers, model, read
-):
+def test_cancel_between_moves_settles_the_waiting_calls_and_the_conversation_continues(api, workers, model, read):
     workers()
     conversation_id = start(api, "Please refund $25 on invoice 4471 and email customer 4471")
     wait_status(api, conversation_id, "awaiting_approval")

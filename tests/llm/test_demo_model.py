@@ -57,9 +57,7 @@ BILLING_TOOLS = [
         "cache_control": {"type": "ephemeral"},
     },
 ]
-SYSTEM = [
-    {"type": "text", "text": "You are a careful billing assistant.", "cache_control": {"type": "ephemeral"}}
-]
+SYSTEM = [{"type": "text", "text": "You are a careful billing assistant.", "cache_control": {"type": "ephemeral"}}]
 
 
 def demo_client(**options) -> anthropic.Anthropic:
@@ -95,9 +93,7 @@ def results_for(message, outcome: Callable[[str, dict], tuple[str, bool]]) -> di
     blocks = []
     for use in tool_uses(message):
         content, is_error = outcome(use.name, use.input)
-        blocks.append(
-            {"type": "tool_result", "tool_use_id": use.id, "content": content, "is_error": is_error}
-        )
+        blocks.append({"type": "tool_result", "tool_use_id": use.id, "content": content, "is_error": is_error})
     return {"role": "user", "content": blocks}
 
 
@@ -210,9 +206,7 @@ def test_results_are_summarised_one_line_each_including_a_declined_and_an_expire
 
     outcomes = {
         "issue_refund": (
-            wrap_output(
-                "issue_refund", {"refund_id": "re_9", "amount_cents": 2000, "invoice_id": 4471}, 8000
-            ),
+            wrap_output("issue_refund", {"refund_id": "re_9", "amount_cents": 2000, "invoice_id": 4471}, 8000),
             False,
         ),
         "send_email": ("Declined by a person: the customer already got a credit", True),
@@ -225,8 +219,7 @@ def test_results_are_summarised_one_line_each_including_a_declined_and_an_expire
     lines = text_of(answer).splitlines()
     assert lines[1:] == [
         "- Refund re_9 of $20.00 issued on invoice 4471.",
-        "- A person declined send_email (the customer already got a credit), "
-        "so I have not done it and won't retry.",
+        "- A person declined send_email (the customer already got a credit), so I have not done it and won't retry.",
         "- Nothing was done for delete_account, because no decision came in time.",
     ]
 
@@ -235,9 +228,7 @@ def test_lookup_results_are_described_with_their_details():
     client = demo_client()
     history = [{"role": "user", "content": "who is Alice"}]
     first = ask(client, history)
-    customers = {
-        "customers": [{"id": 12, "name": "Alice Moore", "email": "alice@example.com", "plan": "pro"}]
-    }
+    customers = {"customers": [{"id": 12, "name": "Alice Moore", "email": "alice@example.com", "plan": "pro"}]}
     history += [first.to_param(), results_for(first, succeed({"lookup_customer": customers}))]
 
     assert text_of(ask(client, history)) == "Found Alice Moore (id 12, alice@example.com, plan pro)."
@@ -305,9 +296,7 @@ def test_unknown_tool_hook_calls_a_tool_that_was_not_offered():
     assert use.name == "teleport_customer"
 
 
-@pytest.mark.parametrize(
-    ("hook", "stop_reason"), [("[[max tokens]]", "max_tokens"), ("[[refusal]]", "refusal")]
-)
+@pytest.mark.parametrize(("hook", "stop_reason"), [("[[max tokens]]", "max_tokens"), ("[[refusal]]", "refusal")])
 def test_stop_reason_hooks(hook, stop_reason, stream):
     message = ask(demo_client(), [{"role": "user", "content": f"tell me {hook}"}], stream=stream)
     assert message.stop_reason == stop_reason
@@ -368,8 +357,7 @@ def test_every_demo_answer_is_a_valid_next_assistant_turn():
         history.append(
             {
                 "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": b["id"], "content": "[]"} for b in uses]
-                or "thanks",
+                "content": [{"type": "tool_result", "tool_use_id": b["id"], "content": "[]"} for b in uses] or "thanks",
             }
         )
         assert validate_request({"model": MODEL, "max_tokens": 100, "messages": history}) == []
@@ -391,9 +379,7 @@ def test_a_whole_conversation_over_http(model_server, stream):
 
     assert [u.name for u in tool_uses(first) + tool_uses(second)] == ["lookup_invoices", "issue_refund"]
     assert tool_uses(second)[0].input["amount_cents"] == 3300
-    assert (
-        text_of(third) == "A person declined issue_refund (too large), so I have not done it and won't retry."
-    )
+    assert text_of(third) == "A person declined issue_refund (too large), so I have not done it and won't retry."
     assert len(model_server.requests) == 3 and model_server.invalid_requests == []
     assert [bool(r.get("stream")) for r in model_server.requests] == [stream] * 3
 
@@ -423,9 +409,7 @@ def test_a_named_invoice_missing_from_the_lookup_is_not_refunded():
     history += [first.to_param(), results_for(first, succeed({"lookup_invoices": invoices}))]
     second = ask(client, history)
     assert second.stop_reason == "end_turn" and tool_uses(second) == []
-    assert text_of(second).endswith(
-        "Invoice 99 isn't among customer 12's invoices, so I haven't refunded anything."
-    )
+    assert text_of(second).endswith("Invoice 99 isn't among customer 12's invoices, so I haven't refunded anything.")
 
 
 def test_tool_calls_fit_the_real_billing_tools():
@@ -450,9 +434,7 @@ def test_tool_calls_fit_the_real_billing_tools():
         assert calls, words
         assert [registry.check(c["name"], c["input"]) for c in calls] == [None] * len(calls)
 
-    [bad] = tool_uses(
-        ask(demo_client(), [{"role": "user", "content": "[[invalid tool input]]"}], tools=tools)
-    )
+    [bad] = tool_uses(ask(demo_client(), [{"role": "user", "content": "[[invalid tool input]]"}], tools=tools))
     assert registry.check(bad.name, bad.input).startswith("Invalid input for issue_refund")
 
 

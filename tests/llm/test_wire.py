@@ -105,9 +105,7 @@ def test_roles_must_alternate():
 
 
 def test_a_tool_use_without_its_result_is_caught():
-    problem = only_problem(
-        body(user("look"), assistant(use("toolu_1"), use("toolu_2")), user(result("toolu_1")))
-    )
+    problem = only_problem(body(user("look"), assistant(use("toolu_1"), use("toolu_2")), user(result("toolu_1"))))
     assert "without `tool_result` blocks immediately after: toolu_2" in problem
 
 
@@ -118,9 +116,7 @@ def test_results_in_a_later_message_are_both_missing_and_orphaned():
     problems = validate_request(request)
     assert len(problems) == 2
     assert "messages.1: `tool_use` ids were found without `tool_result`" in problems[0]
-    assert (
-        "messages.4.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_1" in problems[1]
-    )
+    assert "messages.4.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_1" in problems[1]
 
 
 def test_an_orphan_tool_result_is_caught():
@@ -129,9 +125,7 @@ def test_an_orphan_tool_result_is_caught():
 
 
 def test_results_must_come_before_text():
-    problem = only_problem(
-        body(user("look"), assistant(use("toolu_1")), user(text("here:"), result("toolu_1")))
-    )
+    problem = only_problem(body(user("look"), assistant(use("toolu_1")), user(text("here:"), result("toolu_1"))))
     assert "tool_result blocks must come before any other content" in problem
 
 
@@ -147,16 +141,12 @@ def test_tool_use_ids_must_be_unique_across_the_request():
 
 
 def test_the_last_message_may_not_be_an_unanswered_tool_use():
-    assert "final assistant message may not contain tool_use" in only_problem(
-        body(user("a"), assistant(use("t1")))
-    )
+    assert "final assistant message may not contain tool_use" in only_problem(body(user("a"), assistant(use("t1"))))
 
 
 def test_at_most_four_cache_breakpoints():
     marked = {"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}
-    assert "maximum of 4 blocks with cache_control" in only_problem(
-        body(user(marked, marked, marked, marked, marked))
-    )
+    assert "maximum of 4 blocks with cache_control" in only_problem(body(user(marked, marked, marked, marked, marked)))
 
 
 # --- sse_events -----------------------------------------------------------------------------------
@@ -196,9 +186,7 @@ def test_sse_events_follow_the_api_event_order_and_rebuild_the_message():
             rebuilt[data["index"]] = rebuilt.get(data["index"], "") + piece
     assert rebuilt[0] == message["content"][0]["text"]
     assert json.loads(rebuilt[1]) == message["content"][1]["input"]
-    deltas_per_block = [
-        sum(1 for n, d in events if n == "content_block_delta" and d["index"] == i) for i in range(3)
-    ]
+    deltas_per_block = [sum(1 for n, d in events if n == "content_block_delta" and d["index"] == i) for i in range(3)]
     assert all(count > 2 for count in deltas_per_block)
 
 
@@ -219,9 +207,9 @@ def test_create_and_stream_give_the_same_message():
         streamed = live.get_final_message()
 
     assert len(chunks) > 3 and "".join(chunks) == created.content[0].text
-    assert streamed.model_dump(exclude={"content"}) | {"usage": None} == created.model_dump(
-        exclude={"content"}
-    ) | {"usage": None}
+    assert streamed.model_dump(exclude={"content"}) | {"usage": None} == created.model_dump(exclude={"content"}) | {
+        "usage": None
+    }
     assert streamed.usage.output_tokens == created.usage.output_tokens
     assert streamed.content[0].text == created.content[0].text
 
@@ -373,9 +361,7 @@ def test_scripted_steps_wait_for_a_matching_request(model_server):
         client.messages.create(**HELLO)
     assert client.messages.create(**HELLO).stop_reason == "end_turn"
     with pytest.raises(anthropic.OverloadedError):
-        client.messages.create(
-            model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "[[refusal]]"}]
-        )
+        client.messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "[[refusal]]"}])
 
 
 def test_an_explicit_reply_is_served_plain_or_streamed(model_server):

@@ -84,9 +84,7 @@ def already_decided(call: ToolCall) -> DecisionError:
     if call.decided_by is not None:
         when = call.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         return DecisionError("already_decided", f"Already decided by {who(call.decided_by)} at {when}.")
-    return DecisionError(
-        "already_decided", f"This call no longer waits for a decision (it is {call.status})."
-    )
+    return DecisionError("already_decided", f"This call no longer waits for a decision (it is {call.status}).")
 
 
 def who(user: User) -> str:

@@ -128,9 +128,7 @@ class Loop:
             return []
         if self._round is None:
             self._round = list(
-                self.session.scalars(
-                    select(ToolCall).where(ToolCall.message_id == last.id).order_by(ToolCall.position)
-                )
+                self.session.scalars(select(ToolCall).where(ToolCall.message_id == last.id).order_by(ToolCall.position))
             )
         return self._round
 

@@ -187,9 +187,7 @@ def _requeue(session: Session, conversation_id: int, version: int, owner: str) -
     return bool(done)
 
 
-def _fail(
-    session: Session, conversation_id: int, version: int, owner: str, code: str, message: str
-) -> MoveResult:
+def _fail(session: Session, conversation_id: int, version: int, owner: str, code: str, message: str) -> MoveResult:
     session.execute(
         update(Conversation)
         .where(
@@ -267,9 +265,7 @@ def retry(session: Session, conversation: Conversation) -> int | None:
     return version
 
 
-def extend_budget(
-    session: Session, conversation: Conversation, moves: int = 0, tokens: int = 0
-) -> int | None:
+def extend_budget(session: Session, conversation: Conversation, moves: int = 0, tokens: int = 0) -> int | None:
     """Give a budget-exhausted conversation more room and resume it; returns the version to enqueue."""
     if conversation.status != ConversationStatus.BUDGET_EXHAUSTED:
         return None

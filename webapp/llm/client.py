@@ -102,9 +102,7 @@ class ModelClient:
         except anthropic.APITimeoutError as exc:
             raise ModelError("timeout", "The model service did not answer in time.", transient=True) from exc
         except anthropic.APIConnectionError as exc:
-            raise ModelError(
-                "unreachable", "The model service could not be reached.", transient=True
-            ) from exc
+            raise ModelError("unreachable", "The model service could not be reached.", transient=True) from exc
         except (anthropic.APIError, json.JSONDecodeError, httpx2.HTTPError, ValueError, KeyError) as exc:
             raise ModelError(
                 "bad_response", "The model service sent a reply that could not be read.", transient=True
@@ -136,9 +134,7 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
             "request_rejected", f"The model service stopped answering: {_error_detail(exc)}", transient=False
         )
     if status == 429:
-        return ModelError(
-            "rate_limited", "The model service is rate limiting us; retrying later.", transient=True
-        )
+        return ModelError("rate_limited", "The model service is rate limiting us; retrying later.", transient=True)
     if status == 529 or isinstance(exc, anthropic.OverloadedError):
         return ModelError("overloaded", "The model service is overloaded; retrying later.", transient=True)
     if status >= 500 or status in (408, 409):
@@ -156,9 +152,7 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
             transient=False,
         )
     detail = _error_detail(exc)
-    return ModelError(
-        "request_rejected", f"The model service rejected the request: {detail}", transient=False
-    )
+    return ModelError("request_rejected", f"The model service rejected the request: {detail}", transient=False)
 
 
 def _error_body(exc: anthropic.APIStatusError) -> dict:

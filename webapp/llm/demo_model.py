@@ -179,9 +179,7 @@ def _plan_refund(plan: _Plan, text: str, at: int) -> None:
         )
     else:
         plan.notes.append(
-            _Note(
-                at, "Which invoice should I refund, and how much? For example: refund $12.50 on invoice 4471."
-            )
+            _Note(at, "Which invoice should I refund, and how much? For example: refund $12.50 on invoice 4471.")
         )
 
 
@@ -255,9 +253,7 @@ def _plan_lookup(plan: _Plan, text: str, match: re.Match) -> None:
             words.pop(0)
         query = " ".join(words)
     if not query:
-        plan.notes.append(
-            _Note(match.start(), "Who should I look up? A name, an email or a customer number works.")
-        )
+        plan.notes.append(_Note(match.start(), "Who should I look up? A name, an email or a customer number works."))
         return
     plan.calls.append(_Call(match.start(), "lookup_customer", {"query": query}, f'look up "{query}"'))
 
@@ -273,9 +269,7 @@ def _answer_results(messages: list[dict], user_index: int, tools: set[str]) -> t
     for result in results:
         use = uses.get(result.get("tool_use_id"), {})
         lines.append(_describe_result(use.get("name", "the tool"), use.get("input") or {}, result))
-    summary = (
-        lines[0] if len(lines) == 1 else "Here's what happened:\n" + "\n".join(f"- {line}" for line in lines)
-    )
+    summary = lines[0] if len(lines) == 1 else "Here's what happened:\n" + "\n".join(f"- {line}" for line in lines)
 
     original = _original_request(messages, user_index)
     deferred = _plan(original).deferred_refund if original else None
@@ -411,9 +405,7 @@ def _describe_closure(data: Any, call_input: dict) -> str:
     if record.get("already_closed"):
         return f"The account of customer {customer} was already closed."
     cancelled = _int(record.get("cancelled_subscriptions")) or 0
-    subscriptions = (
-        f" and cancelled {cancelled} subscription{'s' if cancelled != 1 else ''}" if cancelled else ""
-    )
+    subscriptions = f" and cancelled {cancelled} subscription{'s' if cancelled != 1 else ''}" if cancelled else ""
     return f"Closed the account of customer {customer}{subscriptions}."
 
 
@@ -447,9 +439,7 @@ def _original_request(messages: list[dict], user_index: int) -> str:
 def _result_text(result: dict) -> str:
     content = result.get("content")
     if isinstance(content, list):
-        return "\n".join(
-            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
-        )
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
     return content if isinstance(content, str) else ""
 
 
@@ -517,9 +507,7 @@ def _near(pattern: str, text: str, at: int) -> int | None:
     sentence_start = _sentence_start(text, at)
     sentence = _sentence_at(text, at)
     return (
-        _find_int(pattern, sentence[at - sentence_start :])
-        or _find_int(pattern, sentence)
-        or _find_int(pattern, text)
+        _find_int(pattern, sentence[at - sentence_start :]) or _find_int(pattern, sentence) or _find_int(pattern, text)
     )
 
 

@@ -79,8 +79,7 @@ def validate_request(body: dict) -> list[str]:
     breakpoints = _count_cache_breakpoints(body)
     if breakpoints > MAX_CACHE_BREAKPOINTS:
         problems.append(
-            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
-            f"Found {breakpoints}."
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {breakpoints}."
         )
     return problems
 
@@ -153,14 +152,9 @@ def _content_problems(where: str, role: str, content: Any, is_prefill: bool) -> 
     if not isinstance(content, str | list):
         return [f"{where}.content: Input should be a string or a list of content blocks"]
     if not content and not is_prefill:
-        return [
-            f"{where}: all messages must have non-empty content except for the optional final "
-            "assistant message"
-        ]
+        return [f"{where}: all messages must have non-empty content except for the optional final assistant message"]
     texts = (
-        [content]
-        if isinstance(content, str)
-        else [b.get("text") for b in _blocks(content) if b.get("type") == "text"]
+        [content] if isinstance(content, str) else [b.get("text") for b in _blocks(content) if b.get("type") == "text"]
     )
     problems = []
     if is_prefill and texts and isinstance(texts[-1], str) and texts[-1] != texts[-1].rstrip():
@@ -202,9 +196,7 @@ def _pairing_problems(messages: list) -> list[str]:
                 continue
             following = messages[i + 1] if isinstance(messages[i + 1], dict) else {}
             answered = {
-                b.get("tool_use_id")
-                for b in _blocks(following.get("content"))
-                if b.get("type") == "tool_result"
+                b.get("tool_use_id") for b in _blocks(following.get("content")) if b.get("type") == "tool_result"
             }
             missing = [tool_id for tool_id in asked if tool_id not in answered]
             if missing:
@@ -259,9 +251,7 @@ def _count_cache_breakpoints(body: dict) -> int:
 
 def api_error(status: int, message: str, error_type: str | None = None) -> dict:
     """The API's error body for an HTTP status: {"type": "error", "error": {"type", "message"}}."""
-    kind = (
-        error_type or ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-    )
+    kind = error_type or ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
@@ -340,9 +330,7 @@ def _block_events(index: int, block: dict, text_chunk_words: int) -> Iterator[by
 
 
 def _block_start(index: int, block: dict) -> bytes:
-    return sse_event(
-        "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
-    )
+    return sse_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
 
 
 def _block_delta(index: int, delta: dict) -> bytes:
@@ -375,9 +363,7 @@ class DemoTransport(httpx2.BaseTransport):
         raw = request.read()
         headers = {"request-id": request_id(raw)}
         if request.method != "POST" or not request.url.path.endswith("/v1/messages"):
-            return httpx2.Response(
-                404, json=api_error(404, f"Not found: {request.url.path}"), headers=headers
-            )
+            return httpx2.Response(404, json=api_error(404, f"Not found: {request.url.path}"), headers=headers)
         body, problems = read_request(raw)
         if problems:
             return httpx2.Response(400, json=api_error(400, "; ".join(problems)), headers=headers)

@@ -120,9 +120,7 @@ class LookupInvoices(Tool):
     def execute(self, input: Input, context: ToolContext) -> dict:  # noqa: A002
         """The customer's invoices, newest first, optionally filtered by status."""
         customer = _customer(context, input.customer_id)
-        query = select(Invoice).where(
-            Invoice.tenant_id == context.tenant_id, Invoice.customer_id == customer.id
-        )
+        query = select(Invoice).where(Invoice.tenant_id == context.tenant_id, Invoice.customer_id == customer.id)
         if input.status:
             query = query.where(Invoice.status == input.status)
         invoices = context.session.scalars(
@@ -170,9 +168,7 @@ class IssueRefund(Tool):
         amount_cents: int = Field(
             ge=1, le=MAX_REFUND_CENTS, description="How much to refund, in cents (1 to 10,000,000)."
         )
-        reason: str = Field(
-            min_length=1, max_length=500, description="Why the refund is given; shown to the approver."
-        )
+        reason: str = Field(min_length=1, max_length=500, description="Why the refund is given; shown to the approver.")
 
     def execute(self, input: Input, context: ToolContext) -> dict:  # noqa: A002
         """Create the refund, or return the one this idempotency key already created."""
@@ -193,9 +189,7 @@ class IssueRefund(Tool):
             raise ToolError(f"No invoice {input.invoice_id} in your account.")
         customer = _customer(context, invoice.customer_id)
         if customer.status == "closed":
-            raise ToolError(
-                f"Invoice {invoice.id} belongs to closed account {customer.id}; refunds are refused."
-            )
+            raise ToolError(f"Invoice {invoice.id} belongs to closed account {customer.id}; refunds are refused.")
         if invoice.status == "void":
             raise ToolError(f"Invoice {invoice.id} is void; there is nothing to refund.")
         if invoice.status == "open":
@@ -295,9 +289,7 @@ class DeleteAccount(Tool):
 
     class Input(_Input):
         customer_id: CustomerId
-        reason: str = Field(
-            min_length=1, max_length=500, description="Why the account is closed; kept on the record."
-        )
+        reason: str = Field(min_length=1, max_length=500, description="Why the account is closed; kept on the record.")
 
     def execute(self, input: Input, context: ToolContext) -> dict:  # noqa: A002
         """Close the account and cancel its active subscriptions, unless it is already closed."""

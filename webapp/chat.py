@@ -1,0 +1,208 @@
+"""The support agent's pages: the conversations list and the chat page.
+
+One rendering path: the pages include their fragments, and htmx requests get the same fragments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user
+from sqlalchemy import or_, select
+
+from webapp import conversations
+from webapp.agent.states import IDLE
+from webapp.errors import Refused
+from webapp.extensions import db
+from webapp.models import Conversation, Message, ToolCall, User
+from webapp.security import roles_required
+from webapp.services import services
+
+bp = Blueprint("chat", __name__, url_prefix="/conversations")
+
+EVERYONE = ("agent", "reviewer", "auditor", "admin")
+PAGE_SIZE = 25
+STATUS_LABELS = {
+    "queued": "working",
+    "running": "working",
+    "awaiting_approval": "waiting for approval",
+    "awaiting_task": "waiting on a task",
+    "completed": "completed",
+    "cancelled": "stopped",
+    "failed": "failed",
+    "budget_exhausted": "budget exhausted",
+}
+
+
+@dataclass
+class Entry:
+    """One thing to show in the transcript: a person's text, the assistant's text, or a tool call."""
+
+    kind: str  # user | assistant | tool
+    text: str = ""
+    call: ToolCall | None = None
+
+
+def transcript(conversation: Conversation) -> list[Entry]:
+    """The conversation as people read it: texts in order, each tool call as one card with its result."""
+    rows = db.session.scalars(select(Message).where(Message.conversation_id == conversation.id).order_by(Message.seq))
+    calls = {
+        call.tool_use_id: call
+        for call in db.session.scalars(select(ToolCall).where(ToolCall.conversation_id == conversation.id))
+    }
+    entries: list[Entry] = []
+    for row in rows:
+        for block in row.content:
+            kind = block.get("type")
+            if kind == "text" and block.get("text"):
+                entries.append(Entry("user" if row.role == "user" else "assistant", text=block["text"]))
+            elif kind == "tool_use" and block.get("id") in calls:
+                entries.append(Entry("tool", call=calls[block["id"]]))
+    return entries
+
+
+def _conversation(conversation_id: int) -> Conversation:
+    try:
+        return conversations.find(db.session, current_user, conversation_id)
+    except Refused as exc:
+        abort(exc.status, description=exc.message)
+
+
+def _render_conversation(conversation: Conversation, status: int = 200):
+    """The chat page, or for htmx only the conversation fragment (same template either way)."""
+    context = {
+        "conversation": conversation,
+        "entries": transcript(conversation),
+        "status_labels": STATUS_LABELS,
+        "tools": services().tools,
+        "owner": db.session.get(User, conversation.user_id),
+        "composer_open": conversation.status in IDLE and conversation.user_id == current_user.id,
+    }
+    template = "chat/_conversation.html" if request.headers.get("HX-Request") else "chat/show.html"
+    return render_template(template, **context), status
+
+
+def _refused_here(conversation: Conversation, exc: Refused):
+    db.session.rollback()
+    if request.headers.get("HX-Request"):
+        flash(exc.message, "error")
+        return _render_conversation(conversation, exc.status)
+    flash(exc.message, "error")
+    return redirect(url_for("chat.show", conversation_id=conversation.id), code=303)
+
+
+@bp.get("")
+@roles_required(*EVERYONE)
+def index():
+    query = (request.args.get("q") or "").strip()[:200]
+    statement = select(Conversation).where(conversations.visible_to(current_user))
+    if query:
+        statement = statement.where(Conversation.title.ilike(f"%{_like_escape(query)}%", escape="\\"))
+    before = _cursor(request.args.get("before"))
+    if before:
+        updated_at, conversation_id = before
+        statement = statement.where(
+            or_(
+                Conversation.updated_at < updated_at,
+                (Conversation.updated_at == updated_at) & (Conversation.id < conversation_id),
+            )
+        )
+    newest_first = statement.order_by(Conversation.updated_at.desc(), Conversation.id.desc())
+    page = list(db.session.scalars(newest_first.limit(PAGE_SIZE + 1)))
+    more = len(page) > PAGE_SIZE
+    page = page[:PAGE_SIZE]
+    next_cursor = f"{page[-1].updated_at.isoformat()}_{page[-1].id}" if more else None
+    template = "chat/_list.html" if request.headers.get("HX-Request") else "chat/index.html"
+    return render_template(
+        template, conversations=page, query=query, next_cursor=next_cursor, status_labels=STATUS_LABELS
+    )
+
+
+@bp.post("")
+@roles_required("agent")
+def create():
+    try:
+        conversation = conversations.start(db.session, current_user, request.form.get("message", ""))
+    except Refused as exc:
+        db.session.rollback()
+        flash(exc.message, "error")
+        return redirect(url_for("chat.index"), code=303)
+    return redirect(url_for("chat.show", conversation_id=conversation.id), code=303)
+
+
+@bp.get("/<int:conversation_id>")
+@roles_required(*EVERYONE)
+def show(conversation_id: int):
+    return _render_conversation(_conversation(conversation_id))
+
+
+@bp.post("/<int:conversation_id>/messages")
+@roles_required("agent")
+def post_message(conversation_id: int):
+    conversation = _conversation(conversation_id)
+    try:
+        conversations.post_message(db.session, current_user, conversation, request.form.get("message", ""))
+    except Refused as exc:
+        return _refused_here(conversation, exc)
+    return _after_action(conversation)
+
+
+@bp.post("/<int:conversation_id>/cancel")
+@roles_required("agent", "reviewer", "admin")
+def cancel(conversation_id: int):
+    conversation = _conversation(conversation_id)
+    try:
+        conversations.cancel(db.session, current_user, conversation)
+    except Refused as exc:
+        return _refused_here(conversation, exc)
+    flash("Stopping: open tool calls are settled as cancelled.", "info")
+    return _after_action(conversation)
+
+
+@bp.post("/<int:conversation_id>/retry")
+@roles_required("agent", "reviewer", "admin")
+def retry(conversation_id: int):
+    conversation = _conversation(conversation_id)
+    try:
+        conversations.retry(db.session, current_user, conversation)
+    except Refused as exc:
+        return _refused_here(conversation, exc)
+    return _after_action(conversation)
+
+
+@bp.post("/<int:conversation_id>/budget")
+@roles_required("reviewer", "admin")
+def extend_budget(conversation_id: int):
+    conversation = _conversation(conversation_id)
+    try:
+        extra = int(request.form.get("moves", "10"))
+    except ValueError:
+        extra = -1
+    try:
+        conversations.extend_budget(db.session, current_user, conversation, extra)
+    except Refused as exc:
+        return _refused_here(conversation, exc)
+    flash(f"Budget extended to {conversation.move_budget} moves.", "info")
+    return _after_action(conversation)
+
+
+def _after_action(conversation: Conversation):
+    if request.headers.get("HX-Request"):
+        return _render_conversation(conversation)
+    return redirect(url_for("chat.show", conversation_id=conversation.id), code=303)
+
+
+def _cursor(raw: str | None) -> tuple[datetime, int] | None:
+    if not raw:
+        return None
+    stamp, _, ident = raw.rpartition("_")
+    try:
+        return datetime.fromisoformat(stamp), int(ident)
+    except ValueError:
+        return None
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

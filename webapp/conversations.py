@@ -1,0 +1,162 @@
+"""What people do to conversations, shared by the pages and the API: each action checks who may
+do it, changes state through the loop's domain, audits, commits, and only then enqueues."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webapp import audit
+from webapp.agent import moves
+from webapp.agent.loop import ConversationBusy
+from webapp.errors import Refused
+from webapp.models import Conversation, User
+from webapp.services import services
+
+MAX_MESSAGE_CHARS = 20_000
+SUPERVISING = ("reviewer", "auditor", "admin")  # see every conversation of their tenant
+
+
+def visible_to(user: User):
+    """A filter for the conversations this person may see: their tenant's, and only their own for agents."""
+    condition = Conversation.tenant_id == user.tenant_id
+    if not any(user.has_role(role) for role in SUPERVISING):
+        condition = condition & (Conversation.user_id == user.id)
+    return condition
+
+
+def find(session: Session, user: User, conversation_id: int) -> Conversation:
+    """The conversation if this person may see it; another tenant's id is simply not found."""
+    conversation = session.scalar(
+        select(Conversation).where(Conversation.id == conversation_id, Conversation.tenant_id == user.tenant_id)
+    )
+    if conversation is None:
+        raise Refused(404, "not_found", f"No conversation {conversation_id} in your account.")
+    if conversation.user_id != user.id and not any(user.has_role(role) for role in SUPERVISING):
+        raise Refused(403, "forbidden", "This conversation belongs to another agent.")
+    return conversation
+
+
+def check_message(text: object) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise Refused(422, "invalid_field", "Write a message first.")
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise Refused(422, "invalid_field", f"A message is at most {MAX_MESSAGE_CHARS:,} characters.")
+    return text
+
+
+def start(session: Session, user: User, text: object) -> Conversation:
+    """A new conversation with its first question, queued for the assistant."""
+    text = check_message(text)
+    config = services().config
+    conversation = Conversation(
+        tenant_id=user.tenant_id,
+        user_id=user.id,
+        status="queued",
+        move_budget=config.move_budget,
+        token_budget=config.token_budget,
+    )
+    session.add(conversation)
+    session.flush()
+    services().loop(session, conversation).ask_later(text)
+    version = moves.start_run(session, conversation)
+    audit.record(
+        session,
+        "conversation_started",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"message": text},
+    )
+    _commit_and_enqueue(session, conversation, version)
+    return conversation
+
+
+def post_message(session: Session, user: User, conversation: Conversation, text: object) -> None:
+    """A follow-up question; refused while the assistant works or a call waits."""
+    text = check_message(text)
+    if conversation.user_id != user.id:
+        raise Refused(403, "forbidden", "Only the agent who started this conversation may write in it.")
+    try:
+        services().loop(session, conversation).ask_later(text)
+    except ConversationBusy as exc:
+        raise Refused(409, "conversation_busy", str(exc)) from None
+    version = moves.start_run(session, conversation)
+    audit.record(
+        session,
+        "message_sent",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"message": text},
+    )
+    _commit_and_enqueue(session, conversation, version)
+
+
+def cancel(session: Session, user: User, conversation: Conversation) -> None:
+    """Ask the conversation to stop; it settles its open calls with results."""
+    _may_steer(user, conversation)
+    try:
+        version = moves.request_cancel(session, conversation, user.id)
+    except ValueError:
+        raise Refused(409, "not_running", f"The conversation is {conversation.status}; nothing to stop.") from None
+    audit.record(
+        session,
+        "cancel_requested",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"status": conversation.status},
+    )
+    _commit_and_enqueue(session, conversation, version)
+
+
+def retry(session: Session, user: User, conversation: Conversation) -> None:
+    """Queue a failed conversation again."""
+    _may_steer(user, conversation)
+    error = conversation.error_message
+    version = moves.retry(session, conversation)
+    if version is None:
+        raise Refused(409, "not_failed", f"The conversation is {conversation.status}; only a failed one is retried.")
+    audit.record(
+        session,
+        "retry_requested",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"error": error},
+    )
+    _commit_and_enqueue(session, conversation, version)
+
+
+def extend_budget(session: Session, user: User, conversation: Conversation, extra_moves: object) -> None:
+    """Give a budget-exhausted conversation more moves (reviewers and admins)."""
+    if not (user.has_role("reviewer") or user.has_role("admin")):
+        raise Refused(403, "forbidden", "Only reviewers and admins extend budgets.")
+    if not isinstance(extra_moves, int) or isinstance(extra_moves, bool) or not 1 <= extra_moves <= 1000:
+        raise Refused(422, "invalid_field", "Extra moves must be a whole number from 1 to 1000.")
+    before = conversation.move_budget
+    version = moves.extend_budget(session, conversation, moves=extra_moves)
+    if version is None:
+        raise Refused(409, "not_exhausted", f"The conversation is {conversation.status}, not out of budget.")
+    audit.record(
+        session,
+        "budget_extended",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"before": before, "after": conversation.move_budget},
+    )
+    _commit_and_enqueue(session, conversation, version)
+
+
+def _may_steer(user: User, conversation: Conversation) -> None:
+    if user.id == conversation.user_id or user.has_role("reviewer") or user.has_role("admin"):
+        return
+    raise Refused(403, "forbidden", "Only the conversation's agent, reviewers and admins may do this.")
+
+
+def _commit_and_enqueue(session: Session, conversation: Conversation, version: int | None) -> None:
+    session.commit()
+    if version is not None:
+        services().dispatcher.enqueue_move(conversation.id, version)
