@@ -151,9 +151,9 @@ def clean(engine, base_env):
         seed_demo(session)
         session.commit()
     with engine.begin() as connection:  # demo logins back as seeded, whatever a test did to them
-        connection.execute(text(
-            "UPDATE users SET active = true WHERE email LIKE '%@acme.test' OR email LIKE '%@globex.test'"
-        ))
+        connection.execute(
+            text("UPDATE users SET active = true WHERE email LIKE '%@acme.test' OR email LIKE '%@globex.test'")
+        )
     redis_lib.Redis.from_url(base_env["REDIS_URL"]).flushdb()
 
 

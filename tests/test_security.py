@@ -93,8 +93,13 @@ def sample(app, api, model):
     from webapp.accounts import create_user, get_or_create_tenant
 
     # Admin routes act on this user (disable, roles, password), never on a demo login.
-    target = create_user(db.session, f"target-{uuid.uuid4().hex[:8]}@acme.test", "demo-password", ["agent"],
-                         get_or_create_tenant(db.session, "acme"))
+    target = create_user(
+        db.session,
+        f"target-{uuid.uuid4().hex[:8]}@acme.test",
+        "demo-password",
+        ["agent"],
+        get_or_create_tenant(db.session, "acme"),
+    )
     db.session.commit()
     values = {"conversation_id": conversation.id, "tool_call_id": call.id, "user_id": target.id}
     db.session.remove()
