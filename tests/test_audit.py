@@ -319,7 +319,6 @@ def test_verify_reads_in_batches_and_finds_a_break_near_the_end(engine, session,
 def test_the_cli_reports_an_intact_log_and_a_broken_one(app, cli, engine, fresh, tenants):
     from webapp.extensions import db
 
-    audit.register_cli(app)
     audit.record(db.session, "sign_in.failed", tenant_id=None, data={"email": "nobody@example.test"})
     audit.record(db.session, "a", tenant_id=tenants[0])
     audit.record(db.session, "b", tenant_id=tenants[0])

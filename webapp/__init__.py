@@ -63,6 +63,5 @@ def create_app(config: Config | None = None) -> Flask:
     rendering.register(app)
     app.context_processor(lambda: {"nav_items": nav_items()})
     cli.register(app)
-    audit.register_cli(app)
     errors.register(app)
     return app

@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
-import click
-from flask import Flask
-from flask.cli import AppGroup
 from sqlalchemy import event, func, insert, inspect, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, SessionTransaction, scoped_session
@@ -339,26 +336,3 @@ def _reader(session: Session) -> Callable:
             return connection.execute(query).all()
 
     return run
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def register_cli(app: Flask) -> None:
-    """Add `flask audit verify [--chain CHAIN]` to the app's command line: it prints "Audit log
-    intact: N events in K chains." and exits 0, or names the first broken link and exits 1."""
-    group = AppGroup("audit", help="The audit log.")
-
-    @group.command("verify")
-    @click.option("--chain", default=None, help='Only this chain: a tenant id, or "global".')
-    def verify_command(chain: str | None) -> None:
-        """Check the audit log's hash chains; exit 1 naming the first broken link."""
-        from webapp.extensions import db
-
-        result = verify(db.session, chain)
-        if not result.ok:
-            click.echo(f"Audit log broken: {result.problem}", err=True)
-            raise click.exceptions.Exit(1)
-        click.echo(f"Audit log intact: {result.checked} events in {result.chains} chains.")
-
-    app.cli.add_command(group)

@@ -15,6 +15,7 @@ from typing import Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
+from webapp import audit
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
 from webapp.agent.transcript import api_messages, tool_uses
 from webapp.llm.client import ModelClient, ModelReply
@@ -227,9 +228,15 @@ class Loop:
                 self._append("assistant", content)
             return reply
         message = self._append("assistant", content or [{"type": "text", "text": ""}])
-        for position, block in enumerate(tool_uses(content)):
+        calls = [
             self._add_call(message, position, block, cut_off=reply.stop_reason == "max_tokens")
+            for position, block in enumerate(tool_uses(content))
+        ]
         self.session.flush()
+        for call in calls:
+            self._audit("tool_call_requested", call, outcome=call.status, data={"input": call.input})
+            if call.status == CallStatus.AWAITING_APPROVAL:
+                self._audit("approval_requested", call, outcome=call.status, data={"input": call.input})
         self.settle_round_if_complete()
         return reply
 
@@ -268,6 +275,18 @@ class Loop:
             outcome.is_error,
         )
         call.duration_ms = outcome.duration_ms
+        self._audit(
+            "tool_call_executed",
+            call,
+            actor=self.session.get(User, call.acting_user_id),
+            outcome=call.status,
+            data={
+                "input": call.input,
+                "duration_ms": round(outcome.duration_ms, 1),
+                "result_chars": len(outcome.content),
+                "attempt": call.attempts,
+            },
+        )
         self.events.publish(self.conversation.id, {"type": "tool_call", "id": call.id, "status": call.status})
         self.settle_round_if_complete()
 
@@ -305,6 +324,15 @@ class Loop:
             self.honour_cancel()
         elif move.kind == "budget":
             c.status = ConversationStatus.BUDGET_EXHAUSTED
+            self._audit(
+                "budget_exhausted",
+                data={
+                    "moves_used": c.moves_used,
+                    "move_budget": c.move_budget,
+                    "tokens_used": c.run_tokens,
+                    "token_budget": c.token_budget,
+                },
+            )
         elif move.kind == "wait":
             c.status = move.waiting_on
         elif move.kind == "done":
@@ -359,6 +387,7 @@ class Loop:
         c = self.conversation
         c.status = ConversationStatus.CANCELLED
         c.stop_reason = "cancelled"
+        self._audit("conversation_cancelled", outcome="cancelled", data={"requested_by": c.cancel_requested_by_id})
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -420,6 +449,31 @@ class Loop:
         )
         c.run_tokens += sum(usage.values())
         c.stop_reason = reply.stop_reason
+        self._audit(
+            "model_call",
+            outcome=reply.stop_reason,
+            data={
+                "model": reply.model,
+                "latency_ms": round(reply.latency_ms, 1),
+                "request_id": reply.request_id,
+                **usage,
+            },
+        )
+
+    def _audit(self, action: str, call: ToolCall | None = None, actor: User | None = None, **fields) -> None:
+        """An audit event of this conversation, in the same transaction as the change it records."""
+        c = self.conversation
+        audit.record(
+            self.session,
+            action,
+            tenant_id=c.tenant_id,
+            conversation_id=c.id,
+            actor=actor,
+            actor_label=None if actor else "assistant",
+            tool_call_id=call.id if call else None,
+            tool_name=call.name if call else None,
+            **fields,
+        )
 
 
 class _DeltaBuffer:

@@ -17,6 +17,7 @@ from datetime import timedelta
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
+from webapp import audit
 from webapp.agent.loop import Loop
 from webapp.agent.states import IDLE, MOVING, CallStatus, ConversationStatus
 from webapp.llm.client import ModelError
@@ -188,7 +189,7 @@ def _requeue(session: Session, conversation_id: int, version: int, owner: str) -
 
 
 def _fail(session: Session, conversation_id: int, version: int, owner: str, code: str, message: str) -> MoveResult:
-    session.execute(
+    tenant_id = session.scalar(
         update(Conversation)
         .where(
             Conversation.id == conversation_id,
@@ -204,7 +205,18 @@ def _fail(session: Session, conversation_id: int, version: int, owner: str, code
             error_message=message,
             updated_at=utcnow(),
         )
+        .returning(Conversation.tenant_id)
     )
+    if tenant_id is not None:
+        audit.record(
+            session,
+            "conversation_failed",
+            tenant_id=tenant_id,
+            conversation_id=conversation_id,
+            actor_label="assistant",
+            outcome="failed",
+            data={"code": code, "message": message},
+        )
     session.commit()
     return MoveResult("failed")
 
