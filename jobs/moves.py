@@ -8,7 +8,7 @@ import socket
 
 from rq import get_current_job
 
-from webapp.agent import sweeper
+from webapp.agent import decisions, sweeper
 from webapp.agent.moves import advance
 from webapp.extensions import db
 from webapp.queue import move_job_id
@@ -40,7 +40,8 @@ def advance_conversation(conversation_id: int, version: int) -> str:
 
 
 def sweep() -> int:
-    """Re-enqueue every conversation that should be moving but has no live move; returns how many."""
+    """Re-enqueue every conversation that should be moving but has no live move, and settle the tool
+    calls whose time to decide ran out; returns how many conversations were re-enqueued."""
     desk = services()
     dispatcher = desk.dispatcher
     recovered = []
@@ -57,8 +58,12 @@ def sweep() -> int:
             db.session.commit()
             if claim:
                 recovered.append((cid, *claim))
+        expired = decisions.expire_due(db.session)
+        db.session.commit()
     finally:
         db.session.remove()
+    for cid, version in expired:
+        dispatcher.enqueue_move(cid, version)
     for cid, version, recovery in recovered:
         dispatcher.enqueue_move(cid, version, recovery)
         log.info("sweeper re-enqueued conversation %s at version %s", cid, version)

@@ -84,7 +84,7 @@ def session_as(app, email: str):
 def sample(app, api, model):
     """A conversation of agent@acme.test with one call waiting for approval."""
     model.enqueue(
-        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "late"})))
+        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "late"})))
     )
     created = api.as_("agent@acme.test").post("/api/conversations", json={"message": "refund please"}).json
     conversation = db.session.get(Conversation, created["id"])

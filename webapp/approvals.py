@@ -49,6 +49,7 @@ def decide(
     decision: object,
     reason: object = "",
     arguments_seen: object = None,
+    edited_input: object = None,
 ) -> ToolCall:
     """Approve or reject the call once; commits, then wakes its conversation. Bad input is refused
     before anything is looked up."""
@@ -58,13 +59,23 @@ def decide(
         reason = ""
     if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
         raise Refused(422, "invalid_field", f"The reason must be text of at most {MAX_REASON_CHARS} characters.")
+    if edited_input is not None and not isinstance(edited_input, dict):
+        raise Refused(422, "invalid_input", "Edited arguments must be a JSON object.")
     if arguments_seen is not None and not isinstance(arguments_seen, str):
         raise Refused(422, "invalid_field", "arguments_hash must be the hash string shown with the call.")
     call = find_call(session, reviewer, tool_call_id)
     seen = arguments_seen or decisions.arguments_hash(call.input)
+    asked = call.input
     try:
         version = decisions.decide(
-            session, call, reviewer, approve=decision == "approve", arguments_seen=seen, reason=reason
+            session,
+            call,
+            reviewer,
+            approve=decision == "approve",
+            arguments_seen=seen,
+            reason=reason,
+            edited_input=edited_input,
+            tools=services().tools,
         )
     except decisions.DecisionError as exc:
         session.rollback()
@@ -78,7 +89,15 @@ def decide(
         tool_call_id=call.id,
         tool_name=call.name,
         outcome=call.status,
-        data={"decision": decision, "reason": reason, "input": call.input},
+        data={
+            "decision": decision,
+            "reason": reason,
+            "input": asked,
+            "edited_to": call.input if call.input != asked else None,
+            "policy_version": (call.policy or {}).get("version"),
+            "approvals": len(decisions.approvals_so_far(session, call)),
+            "approvals_required": call.approvals_required,
+        },
     )
     session.commit()
     if version is not None:

@@ -195,6 +195,10 @@ class ToolCall(Base):
     status: Mapped[str] = mapped_column(String(32), index=True)
     acting_user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     requires_approval: Mapped[bool] = mapped_column(Boolean, default=False)
+    approvals_required: Mapped[int] = mapped_column(Integer, default=0)
+    policy: Mapped[dict | None] = mapped_column(JSONType)  # the policy (with its version) that flagged it
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    original_input: Mapped[dict | None] = mapped_column(JSONType)  # the model's arguments, when a person edited them
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     result: Mapped[str | None] = mapped_column(Text)  # the tool_result content the model receives
     is_error: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -231,6 +235,47 @@ class ModelCall(Base):
     cache_creation_input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[float] = mapped_column(default=0.0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ToolPolicy(Base):
+    """When a tool's calls wait for people, and how many, in one tenant. Every change bumps the version;
+    each call keeps a copy of the policy it was flagged under."""
+
+    __tablename__ = "tool_policies"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    tool_name: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[str] = mapped_column(String(32))  # never | always | above_amount
+    amount_threshold_cents: Mapped[int | None] = mapped_column(Integer)
+    approvals_required: Mapped[int] = mapped_column(Integer, default=1)
+    ttl_seconds: Mapped[int] = mapped_column(Integer, default=24 * 3600)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    updated_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "tool_name", name="uq_tool_policies_tenant_tool"),)
+
+
+class Decision(Base):
+    """One person's decision on one tool call (append-only). A call needing N approvals collects N rows."""
+
+    __tablename__ = "decisions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tool_call_id: Mapped[int] = mapped_column(ForeignKey("tool_calls.id"), index=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    reviewer_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    decision: Mapped[str] = mapped_column(String(16))  # approve | reject
+    reason: Mapped[str | None] = mapped_column(Text)
+    arguments_hash: Mapped[str] = mapped_column(String(64))  # of the arguments the decision is about
+    edited_input: Mapped[dict | None] = mapped_column(JSONType)
+    policy_version: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    reviewer: Mapped[User] = relationship()
+
+    __table_args__ = (UniqueConstraint("tool_call_id", "reviewer_id", name="uq_decisions_call_reviewer"),)
 
 
 # --- the demo billing domain --------------------------------------------------------------------

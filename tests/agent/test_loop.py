@@ -129,7 +129,7 @@ def test_sensitive_calls_wait_for_a_decision_and_safe_ones_of_the_round_run_at_o
         Reply.message(
             reply(
                 tool_use("lookup_invoices", {"customer_id": 4471}),
-                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 1000, "reason": "late"}),
+                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "late"}),
                 tool_use("send_email", {"customer_id": 4471, "subject": "Refund", "body": "Done."}),
             )
         )
@@ -164,7 +164,7 @@ def test_sensitive_calls_wait_for_a_decision_and_safe_ones_of_the_round_run_at_o
 
 def test_a_decision_is_taken_once_and_the_second_hears_who_decided_and_when(session, new_loop, model):
     model.enqueue(
-        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"})))
+        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "x"})))
     )
     loop = new_loop()
     loop.ask_later("refund")
@@ -187,7 +187,7 @@ def test_a_decision_is_taken_once_and_the_second_hears_who_decided_and_when(sess
 
 def test_decisions_are_refused_to_the_asker_for_stale_arguments_and_without_a_reason(session, new_loop, model):
     model.enqueue(
-        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"})))
+        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "x"})))
     )
     loop = new_loop()
     loop.ask_later("refund")
@@ -257,7 +257,7 @@ def test_cancel_settles_open_calls_with_results_and_a_new_message_carries_on(ses
     model.enqueue(
         Reply.message(
             reply(
-                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}),
+                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "x"}),
                 tool_use("send_email", {"customer_id": 4471, "subject": "s", "body": "b"}),
             )
         )
@@ -304,7 +304,7 @@ def test_a_tool_call_cut_off_by_max_tokens_is_answered_but_never_run(session, ne
     model.enqueue(
         Reply.message(
             reply(
-                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 500, "reason": "x"}),
+                tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "x"}),
                 stop_reason="max_tokens",
             )
         )
@@ -332,7 +332,7 @@ def test_pause_turn_generates_again_and_the_continuation_joins_the_turn(new_loop
 
 def test_a_busy_conversation_refuses_a_new_message_and_says_why(session, new_loop, model):
     model.enqueue(
-        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 5, "reason": "x"})))
+        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "x"})))
     )
     loop = new_loop()
     loop.ask_later("refund")

@@ -16,7 +16,7 @@ from webapp.agent.loop import Loop
 from webapp.agent.moves import TransientMoveError, advance
 from webapp.models import Conversation, Refund, ToolCall, User, utcnow
 
-REFUND = {"invoice_id": 4471, "amount_cents": 700, "reason": "late delivery"}
+REFUND = {"invoice_id": 4471, "amount_cents": 7000, "reason": "late delivery"}  # above the $50 limit
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_after_a_crash_the_claimed_call_reruns_with_its_key_and_does_not_refund_
         Refund(
             tenant_id=call.tenant_id,
             invoice_id=4471,
-            amount_cents=700,
+            amount_cents=7000,
             reason="late delivery",
             idempotency_key=f"toolcall-{call.id}",
             created_by_id=call.acting_user_id,

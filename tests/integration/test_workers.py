@@ -72,7 +72,7 @@ def test_a_question_becomes_a_chain_of_jobs_that_completes(api, workers, model):
 
 def test_an_approved_refund_runs_in_the_worker_and_the_model_hears_the_result(api, workers, model, read):
     workers()
-    conversation_id = start(api, "Please refund $25 on invoice 4471, the delivery was late")
+    conversation_id = start(api, "Please refund $60 on invoice 4471, the delivery was late")
     waiting = wait_status(api, conversation_id, "awaiting_approval")
     assert count(read, Refund) == 0
     assert [c["status"] for c in waiting["tool_calls"]] == ["awaiting_approval"]
@@ -85,7 +85,7 @@ def test_an_approved_refund_runs_in_the_worker_and_the_model_hears_the_result(ap
 
 
 def three_refunds(api, model) -> int:
-    refunds = [{"invoice_id": invoice, "amount_cents": 100, "reason": "goodwill"} for invoice in (4401, 4402, 4403)]
+    refunds = [{"invoice_id": invoice, "amount_cents": 6000, "reason": "goodwill"} for invoice in (4401, 4402, 4403)]
     model.enqueue(Reply.message(reply(*[tool_use("issue_refund", r) for r in refunds])), match="three refunds")
     return start(api, "three refunds please")
 
@@ -204,7 +204,7 @@ def test_a_permanent_model_error_fails_at_once(api, workers, model):
 
 def test_cancel_between_moves_settles_the_waiting_calls_and_the_conversation_continues(api, workers, model, read):
     workers()
-    conversation_id = start(api, "Please refund $25 on invoice 4471 and email customer 4471")
+    conversation_id = start(api, "Please refund $60 on invoice 4471 and email customer 4471")
     wait_status(api, conversation_id, "awaiting_approval")
     response = api.as_(AGENT).post(f"/api/conversations/{conversation_id}/cancel")
     assert response.status_code == 202

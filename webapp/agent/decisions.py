@@ -1,19 +1,39 @@
-"""A person's decision on a sensitive tool call: bound to the call by id and to its exact arguments,
-made once (compare-and-set on the call's state), and never by the person whose conversation asked."""
+"""People's decisions on tool calls that wait for them.
+
+A decision names the call by id and carries the hash of the exact arguments the person saw; it is
+refused if they changed since. It is never taken by the person whose conversation asked (four-eyes),
+each person decides a call once, and a policy can require N distinct approvals. The call's state
+changes by compare-and-set, so a double click, a second reviewer or a stale tab gets
+"already decided by X at T". Expired calls settle with a truthful result.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 
-from sqlalchemy import update
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from webapp import audit
 from webapp.agent.moves import wake
 from webapp.agent.states import CallStatus
-from webapp.models import Conversation, ToolCall, User, utcnow
+from webapp.models import Conversation, Decision, ToolCall, User, utcnow
+from webapp.tools.registry import ToolRegistry
 
-RESULT_REJECTED = "Declined by a person ({who}): {reason}. Nothing was done. Do not retry this action."
+RESULT_REJECTED = (
+    "Declined by a person ({who}): {reason}. Nothing was done. Do not retry this action unless the "
+    "support agent asks for it again."
+)
+RESULT_EXPIRED = (
+    "No decision was made in time ({hours:g} hours), so nothing was done. This is not a refusal: "
+    "ask again if it is still needed."
+)
+EDITED_NOTE = (
+    "Note from the approval desk: a person ({who}) changed the arguments before approving. You asked for "
+    "{asked}; the tool ran with {ran}.\n"
+)
 
 
 class DecisionError(Exception):
@@ -31,6 +51,25 @@ def arguments_hash(arguments: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def who(user: User) -> str:
+    return f"{user.display_name} ({user.email})" if user.display_name else user.email
+
+
+def approvals_so_far(session: Session, call: ToolCall) -> list[Decision]:
+    """The approvals that count: those given to the call's current arguments."""
+    return list(
+        session.scalars(
+            select(Decision)
+            .where(
+                Decision.tool_call_id == call.id,
+                Decision.decision == "approve",
+                Decision.arguments_hash == arguments_hash(call.input),
+            )
+            .order_by(Decision.id)
+        )
+    )
+
+
 def decide(
     session: Session,
     call: ToolCall,
@@ -39,53 +78,174 @@ def decide(
     approve: bool,
     arguments_seen: str,
     reason: str = "",
+    edited_input: dict | None = None,
+    tools: ToolRegistry | None = None,
 ) -> int | None:
-    """Record the decision; returns the conversation version to enqueue (the caller commits first).
+    """Record one person's decision; returns the conversation version to enqueue when the call is
+    settled (approved by enough people, or rejected), else None. The caller commits, then enqueues.
 
-    Raises DecisionError: not_allowed (four-eyes, role, tenant), reason_required, already_decided,
-    arguments_changed."""
+    Raises DecisionError: not_allowed, reason_required, invalid_input, already_decided, arguments_changed."""
     conversation = session.get(Conversation, call.conversation_id)
     if not reviewer.has_role("reviewer") or reviewer.tenant_id != call.tenant_id:
         raise DecisionError("not_allowed", "Only reviewers of this tenant may decide tool calls.")
     if reviewer.id == conversation.user_id:
         raise DecisionError(
-            "not_allowed",
-            "You asked for this call in your conversation; another reviewer must decide it (four-eyes rule).",
+            "not_allowed", "This call comes from your own conversation; another reviewer must decide it (four-eyes)."
         )
     reason = (reason or "").strip()
     if not approve and not reason:
         raise DecisionError("reason_required", "Say why you reject this call; the model is told your reason.")
+    if call.status != CallStatus.AWAITING_APPROVAL:
+        raise already_decided(session, call)
     if arguments_seen != arguments_hash(call.input):
         raise DecisionError("arguments_changed", "The call's arguments changed since you looked; reload it.")
+    if edited_input is not None:
+        if not approve:
+            raise DecisionError("invalid_input", "Edited arguments go with an approval, not a rejection.")
+        problem = tools.check(call.name, edited_input) if tools else "no tool registry to check the edit"
+        if problem:
+            raise DecisionError("invalid_input", problem)
+        if edited_input == call.input:
+            edited_input = None
+    mine = session.scalar(select(Decision).where(Decision.tool_call_id == call.id, Decision.reviewer_id == reviewer.id))
+    if mine is not None:
+        raise DecisionError(
+            "already_decided",
+            f"You already {mine.decision}d this call at {_when(mine.created_at)}; it needs another reviewer.",
+        )
     now = utcnow()
-    values = {"decided_by_id": reviewer.id, "decided_at": now, "decision_reason": reason or None}
-    if approve:
-        values["status"] = CallStatus.APPROVED
-    else:
-        values.update(
+    try:
+        with session.begin_nested():
+            session.add(
+                Decision(
+                    tool_call_id=call.id,
+                    tenant_id=call.tenant_id,
+                    reviewer_id=reviewer.id,
+                    decision="approve" if approve else "reject",
+                    reason=reason or None,
+                    arguments_hash=arguments_hash(edited_input if edited_input is not None else call.input),
+                    edited_input=edited_input,
+                    policy_version=(call.policy or {}).get("version"),
+                    created_at=now,
+                )
+            )
+    except IntegrityError:  # the same person decided in another tab a moment ago
+        session.refresh(call)
+        raise already_decided(session, call) from None
+
+    if not approve:
+        settled = _compare_and_set(
+            session,
+            call,
             status=CallStatus.REJECTED,
+            decided_by_id=reviewer.id,
+            decided_at=now,
+            decision_reason=reason,
             result=RESULT_REJECTED.format(who=who(reviewer), reason=reason),
             is_error=True,
             finished_at=now,
         )
-    won = session.execute(
-        update(ToolCall)
-        .where(ToolCall.id == call.id, ToolCall.status == CallStatus.AWAITING_APPROVAL)
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    session.refresh(call)
-    if not won:
-        raise already_decided(call)
+    else:
+        if edited_input is not None:
+            _compare_and_set(
+                session,
+                call,
+                input=edited_input,
+                original_input=call.original_input or call.input,
+                status=CallStatus.AWAITING_APPROVAL,
+            )
+        needed = max(call.approvals_required, 1)
+        if len(approvals_so_far(session, call)) < needed:
+            return None  # waits for more people
+        settled = _compare_and_set(
+            session,
+            call,
+            status=CallStatus.APPROVED,
+            decided_by_id=reviewer.id,
+            decided_at=now,
+            decision_reason=reason or None,
+        )
+    if not settled:
+        raise already_decided(session, call)
     return wake(session, conversation)
 
 
-def already_decided(call: ToolCall) -> DecisionError:
+def _compare_and_set(session: Session, call: ToolCall, status: str, **values) -> bool:
+    """Change the call only if it still waits (and still has the arguments we looked at)."""
+    done = session.execute(
+        update(ToolCall)
+        .where(ToolCall.id == call.id, ToolCall.status == CallStatus.AWAITING_APPROVAL)
+        .values(status=status, **values)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    session.refresh(call)
+    return bool(done)
+
+
+def already_decided(session: Session, call: ToolCall) -> DecisionError:
     if call.decided_by is not None:
-        when = call.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-        return DecisionError("already_decided", f"Already decided by {who(call.decided_by)} at {when}.")
+        return DecisionError(
+            "already_decided", f"Already decided by {who(call.decided_by)} at {_when(call.decided_at)} ({call.status})."
+        )
     return DecisionError("already_decided", f"This call no longer waits for a decision (it is {call.status}).")
 
 
-def who(user: User) -> str:
-    return f"{user.display_name} ({user.email})" if user.display_name else user.email
+def edited_note(session: Session, call: ToolCall) -> str:
+    """What the model is told before the result when a person changed the call's arguments."""
+    if call.original_input is None:
+        return ""
+    editor = session.scalar(
+        select(Decision)
+        .where(Decision.tool_call_id == call.id, Decision.edited_input.is_not(None))
+        .order_by(Decision.id.desc())
+        .limit(1)
+    )
+    name = who(editor.reviewer) if editor else "a reviewer"
+    return EDITED_NOTE.format(
+        who=name, asked=json.dumps(call.original_input, sort_keys=True), ran=json.dumps(call.input, sort_keys=True)
+    )
+
+
+def expire_due(session: Session, limit: int = 500) -> list[tuple[int, int]]:
+    """Settle calls whose time to decide ran out; returns (conversation id, version) to enqueue after commit."""
+    now = utcnow()
+    due = list(
+        session.scalars(
+            select(ToolCall)
+            .where(ToolCall.status == CallStatus.AWAITING_APPROVAL, ToolCall.expires_at < now)
+            .order_by(ToolCall.expires_at)
+            .limit(limit)
+        )
+    )
+    wakeups = []
+    for call in due:
+        hours = (call.policy or {}).get("ttl_seconds", 0) / 3600
+        if not _compare_and_set(
+            session,
+            call,
+            status=CallStatus.EXPIRED,
+            finished_at=now,
+            is_error=True,
+            result=RESULT_EXPIRED.format(hours=hours),
+        ):
+            continue
+        audit.record(
+            session,
+            "approval_expired",
+            tenant_id=call.tenant_id,
+            actor_label="approval desk",
+            conversation_id=call.conversation_id,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            outcome="expired",
+            data={"input": call.input, "expired_at": now.isoformat()},
+        )
+        conversation = session.get(Conversation, call.conversation_id)
+        version = wake(session, conversation)
+        if version is not None:
+            wakeups.append((conversation.id, version))
+    return wakeups
+
+
+def _when(moment) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from webapp import audit
+from webapp.agent.policies import policy_for
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
 from webapp.agent.transcript import api_messages, tool_uses
 from webapp.llm.client import ModelClient, ModelReply
@@ -267,11 +268,13 @@ class Loop:
             tool_call_id=call.id,
             idempotency_key=f"toolcall-{call.id}",
         )
+        from webapp.agent.decisions import edited_note  # (decisions builds on moves, which builds on this)
+
         outcome = self.tools.run(call.name, call.input, context, self.settings.tool_output_limit)
         self._settle(
             call,
             CallStatus.FAILED if outcome.is_error else CallStatus.SUCCEEDED,
-            outcome.content,
+            edited_note(self.session, call) + outcome.content,
             outcome.is_error,
         )
         call.duration_ms = outcome.duration_ms
@@ -422,8 +425,13 @@ class Loop:
         problem = self.tools.check(call.name, call.input)
         if problem:
             self._settle(call, CallStatus.FAILED, problem, True)
-        elif self.tools.get(call.name).sensitive:
+            return call
+        policy = policy_for(self.session, c.tenant_id, self.tools.get(call.name))
+        if policy.needs_approval(call.input):
             call.requires_approval = True
+            call.approvals_required = policy.approvals_required
+            call.policy = policy.snapshot()
+            call.expires_at = policy.expires_at()
             call.status = CallStatus.AWAITING_APPROVAL
         return call
 

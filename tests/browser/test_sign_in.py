@@ -1,0 +1,77 @@
+"""Signing in and out in a real browser: the form, the home page, the role's navigation, and a page
+that loads htmx with no Content Security Policy complaint."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+
+def test_the_sign_in_page_renders_with_htmx_and_no_console_errors(new_page, console):
+    page = new_page()
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/login"))  # signed out: sent to sign in
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.get_by_label("Email")).to_be_focused()
+    expect(page.get_by_label("Password")).to_have_attribute("type", "password")
+    assert page.evaluate("typeof htmx") == "object"
+    assert console.errors() == []
+
+
+def test_a_wrong_password_is_refused_in_words(new_page):
+    page = new_page()
+    page.goto("/login")
+    page.get_by_label("Email").fill("agent@acme.test")
+    page.get_by_label("Password").fill("not-the-password")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_text("Email or password is wrong.")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/login$"))
+    expect(page.get_by_role("button", name="Sign out")).to_have_count(0)
+
+
+def test_the_right_password_lands_on_the_home_page_with_name_and_tenant(page_for, console):
+    page = page_for("agent@acme.test")
+    expect(page.get_by_role("heading", name="Hello, Acme Corp agent")).to_be_visible()
+    expect(page.get_by_role("banner")).to_contain_text("Acme Corp agent · Acme Corp")
+    assert page.evaluate("typeof htmx") == "object"
+    assert console.errors() == []
+
+
+def test_the_navigation_shows_only_the_links_of_the_role(page_for):
+    main_nav = {email: page_for(email).get_by_role("navigation", name="Main") for email in ("agent@acme.test", "admin@acme.test")}
+    agent, admin = main_nav["agent@acme.test"], main_nav["admin@acme.test"]
+    expect(agent.get_by_role("link", name="Conversations")).to_be_visible()
+    for hidden in ("Users", "Approvals", "Audit log"):
+        expect(agent.get_by_role("link", name=hidden)).to_have_count(0)
+    expect(admin.get_by_role("link", name="Users")).to_be_visible()
+    expect(admin.get_by_role("link", name="Conversations")).to_be_visible()
+    expect(admin.get_by_role("link", name="Approvals")).to_have_count(0)
+
+
+def test_signing_out_ends_the_session(page_for, console):
+    page = page_for("reviewer@acme.test")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(re.compile(r"/login$"))
+    expect(page.get_by_text("You are signed out.")).to_be_visible()
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/login"))
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    assert console.errors() == []
+
+
+def test_the_content_security_policy_is_enforced_and_its_violations_are_seen(new_page, console):
+    """The "no CSP violation" checks above mean something: an inline script is refused, and said so."""
+    page = new_page()
+    page.goto("/login")
+    page.evaluate(
+        """() => {
+            const script = document.createElement("script");
+            script.textContent = "window.inlineScriptRan = true";
+            document.head.append(script);
+        }"""
+    )
+    assert page.evaluate("window.inlineScriptRan") is None
+    page.wait_for_function("true")  # let the console message arrive
+    assert console.csp_violations(), console.entries
+    console.clear()
