@@ -39,7 +39,10 @@ def test_the_right_password_lands_on_the_home_page_with_name_and_tenant(page_for
 
 
 def test_the_navigation_shows_only_the_links_of_the_role(page_for):
-    main_nav = {email: page_for(email).get_by_role("navigation", name="Main") for email in ("agent@acme.test", "admin@acme.test")}
+    main_nav = {
+        email: page_for(email).get_by_role("navigation", name="Main")
+        for email in ("agent@acme.test", "admin@acme.test")
+    }
     agent, admin = main_nav["agent@acme.test"], main_nav["admin@acme.test"]
     expect(agent.get_by_role("link", name="Conversations")).to_be_visible()
     for hidden in ("Users", "Approvals", "Audit log"):
