@@ -36,6 +36,8 @@ def advance_conversation(conversation_id: int, version: int) -> str:
         db.session.remove()
     if result.next_version is not None:
         desk.dispatcher.enqueue_move(conversation_id, result.next_version)
+    if result.tenant_id is not None:
+        desk.dispatcher.changed(result.tenant_id, conversation_id)
     return result.outcome
 
 
@@ -62,8 +64,9 @@ def sweep() -> int:
         db.session.commit()
     finally:
         db.session.remove()
-    for cid, version in expired:
+    for cid, version, tenant_id in expired:
         dispatcher.enqueue_move(cid, version)
+        dispatcher.changed(tenant_id, cid)
     for cid, version, recovery in recovered:
         dispatcher.enqueue_move(cid, version, recovery)
         log.info("sweeper re-enqueued conversation %s at version %s", cid, version)

@@ -48,7 +48,13 @@ EXPECTED = {
     "api.list_approvals": {"reviewer"},
     "api.decide_approval": {"reviewer"},
 }
-PREFIX_EXPECTED = {"admin.": {"admin"}}
+PREFIX_EXPECTED = {
+    "admin.": {"admin"},
+    "inbox.": {"reviewer"},
+    "live.": EVERYONE,
+    "audit.": {"auditor", "admin"},
+    "api.audit_events": {"auditor", "admin"},
+}
 
 
 def expected_roles(endpoint: str):

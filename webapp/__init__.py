@@ -50,7 +50,7 @@ def create_app(config: Config | None = None) -> Flask:
 
     app.extensions["desk"] = Services(config=config, dispatcher=Dispatcher(config), tools=demo_registry())
 
-    from webapp import admin, api, auth, chat, cli, errors, health, pages, rendering
+    from webapp import admin, api, audit_log, auth, chat, cli, errors, health, inbox, live, pages, rendering
     from webapp.navigation import nav_items
 
     app.register_blueprint(api.bp)
@@ -60,6 +60,9 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(pages.bp)
     app.register_blueprint(chat.bp)
     app.register_blueprint(admin.bp)
+    app.register_blueprint(inbox.bp)
+    app.register_blueprint(live.bp)
+    app.register_blueprint(audit_log.bp)
     rendering.register(app)
     app.context_processor(lambda: {"nav_items": nav_items()})
     cli.register(app)

@@ -102,4 +102,5 @@ def decide(
     session.commit()
     if version is not None:
         services().dispatcher.enqueue_move(call.conversation_id, version)
+    services().dispatcher.changed(call.tenant_id, call.conversation_id)
     return call

@@ -160,3 +160,4 @@ def _commit_and_enqueue(session: Session, conversation: Conversation, version: i
     session.commit()
     if version is not None:
         services().dispatcher.enqueue_move(conversation.id, version)
+    services().dispatcher.changed(conversation.tenant_id, conversation.id)

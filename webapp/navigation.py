@@ -25,7 +25,7 @@ ITEMS = (
         "talk with the assistant and follow its tool calls",
     ),
     NavItem(
-        "approvals.inbox",
+        "inbox.index",
         "Approvals",
         ("reviewer",),
         "decide the tool calls waiting for a person",

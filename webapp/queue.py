@@ -94,7 +94,19 @@ class Dispatcher:
 
     def publish(self, conversation_id: int, event: dict) -> None:
         """Best effort: a page that misses an event catches up from the database."""
+        self._publish(f"desk:conversation:{conversation_id}", event)
+
+    def publish_tenant(self, tenant_id: int, event: dict) -> None:
+        self._publish(f"desk:tenant:{tenant_id}", event)
+
+    def changed(self, tenant_id: int, conversation_id: int | None = None) -> None:
+        """Signal, after a commit, that a conversation or the tenant's approvals changed."""
+        if conversation_id is not None:
+            self.publish(conversation_id, {"type": "changed"})
+        self.publish_tenant(tenant_id, {"type": "approvals-changed"})
+
+    def _publish(self, channel: str, event: dict) -> None:
         try:
-            self.redis.publish(f"desk:conversation:{conversation_id}", json.dumps(event))
-        except redis.RedisError as exc:
-            log.warning("could not publish event for conversation %s: %s", conversation_id, exc)
+            self.redis.publish(channel, json.dumps(event))
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not publish to %s: %s", channel, exc)

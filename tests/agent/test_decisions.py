@@ -146,7 +146,7 @@ def test_an_expired_call_says_nothing_was_done_not_denied_and_the_loop_resumes(s
     session.commit()
     wakeups = expire_due(session)
     session.commit()
-    assert wakeups == [(loop.conversation.id, loop.conversation.version)]
+    assert wakeups == [(loop.conversation.id, loop.conversation.version, loop.conversation.tenant_id)]
     assert call.status == "expired"
     assert loop.conversation.status == "queued"
     loop.complete()

@@ -206,8 +206,9 @@ def edited_note(session: Session, call: ToolCall) -> str:
     )
 
 
-def expire_due(session: Session, limit: int = 500) -> list[tuple[int, int]]:
-    """Settle calls whose time to decide ran out; returns (conversation id, version) to enqueue after commit."""
+def expire_due(session: Session, limit: int = 500) -> list[tuple[int, int, int]]:
+    """Settle calls whose time to decide ran out; returns (conversation id, version, tenant id) to
+    enqueue after commit."""
     now = utcnow()
     due = list(
         session.scalars(
@@ -243,7 +244,7 @@ def expire_due(session: Session, limit: int = 500) -> list[tuple[int, int]]:
         conversation = session.get(Conversation, call.conversation_id)
         version = wake(session, conversation)
         if version is not None:
-            wakeups.append((conversation.id, version))
+            wakeups.append((conversation.id, version, conversation.tenant_id))
     return wakeups
 
 

@@ -44,6 +44,7 @@ class MoveResult:
 
     outcome: str  # skipped | lost_lease | a Move kind | failed
     next_version: int | None = None
+    tenant_id: int | None = None  # set when the move changed something people may be looking at
 
 
 LoopFactory = Callable[[Session, Conversation, Callable[[], bool]], Loop]
@@ -125,11 +126,11 @@ def advance(
     if not finished:
         session.rollback()
         if move.parks and _requeue(session, conversation_id, version, owner):
-            return MoveResult("requeued", version + 1)
+            return MoveResult("requeued", version + 1, conversation.tenant_id)
         return MoveResult("lost_lease")
     status = conversation.status
     session.commit()  # commit 2: the move's result and the lease's release
-    return MoveResult(move.kind, version + 1 if status == ConversationStatus.QUEUED else None)
+    return MoveResult(move.kind, version + 1 if status == ConversationStatus.QUEUED else None, conversation.tenant_id)
 
 
 class _LeaseWatcher:
@@ -218,7 +219,7 @@ def _fail(session: Session, conversation_id: int, version: int, owner: str, code
             data={"code": code, "message": message},
         )
     session.commit()
-    return MoveResult("failed")
+    return MoveResult("failed", tenant_id=tenant_id)
 
 
 # --- wake-ups from outside a move (web requests, decisions, the sweeper) --------------------------

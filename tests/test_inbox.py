@@ -1,0 +1,175 @@
+"""The reviewers' inbox and decision page, over HTTP with real sign-ins, and decisions under load."""
+
+from __future__ import annotations
+
+import re
+import threading
+from html import unescape
+
+import pytest
+from sqlalchemy import func, select
+
+from tests.conftest import wait_until
+from tests.model_server import Reply
+from tests.replies import reply, tool_use
+from tests.test_security import session_as
+from webapp.extensions import db
+from webapp.models import AuditEvent, Conversation, Decision, Refund, ToolCall
+from webapp.services import services
+
+
+def waiting_calls(api, model, *blocks, message="please") -> list[ToolCall]:
+    """A conversation of agent@acme.test whose calls now wait for decisions."""
+    model.enqueue(Reply.message(reply(*blocks)), match=message)
+    created = api.as_("agent@acme.test").post("/api/conversations", json={"message": message}).json
+    services().loop(db.session, db.session.get(Conversation, created["id"])).complete()
+    calls = list(db.session.scalars(select(ToolCall).where(ToolCall.conversation_id == created["id"])))
+    db.session.remove()
+    return calls
+
+
+def refund(invoice: int, cents: int) -> dict:
+    return tool_use("issue_refund", {"invoice_id": invoice, "amount_cents": cents, "reason": "late delivery"})
+
+
+def form_token(html: str, form_id: str) -> dict:
+    form = re.search(rf'<form[^>]*id="{form_id}".*?</form>', html, re.S).group(0)
+    return dict(re.findall(r'name="(csrf_token|arguments_hash)" value="([^"]+)"', form))
+
+
+def test_the_inbox_lists_waiting_calls_oldest_first_with_what_a_reviewer_sorts_by(app, api, model):
+    first, second = waiting_calls(api, model, refund(4471, 9000), refund(4401, 20000))
+    html = session_as(app, "reviewer@acme.test").get("/approvals").get_data(as_text=True)
+    assert html.index(f'id="approval-{first.id}"') < html.index(f'id="approval-{second.id}"')
+    assert "$90.00 · invoice 4471" in html and "$200.00 · invoice 4401" in html
+    assert "agent@acme.test" in html
+    assert re.search(r'id="approvals-badge"[^>]*>2<', html)  # the navigation badge
+
+
+def test_inbox_filters_narrow_the_list_and_bad_values_say_so(app, api, model):
+    calls = waiting_calls(
+        api,
+        model,
+        refund(4471, 9000),
+        refund(4401, 20000),
+        tool_use("send_email", {"customer_id": 4471, "subject": "Hello", "body": "b"}),
+    )
+    reviewer = session_as(app, "reviewer@acme.test")
+    by_amount = reviewer.get("/approvals?min_amount=100").get_data(as_text=True)
+    assert f"approval-{calls[1].id}" in by_amount and f"approval-{calls[0].id}" not in by_amount
+    by_tool = reviewer.get("/approvals?tool=send_email").get_data(as_text=True)
+    assert f"approval-{calls[2].id}" in by_tool and f"approval-{calls[0].id}" not in by_tool
+    nobody = reviewer.get("/approvals?requester=someone@else.test").get_data(as_text=True)
+    assert "Nothing waits for a decision with these filters" in nobody
+    bad = reviewer.get("/approvals?min_amount=lots&min_age=-3")
+    assert bad.status_code == 200
+    assert "Amount from ($) must be a positive number" in bad.get_data(as_text=True)
+    fragment = reviewer.get("/approvals?tool=send_email", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert fragment.startswith('<div id="approval-list"')
+
+
+def test_the_decision_page_shows_the_arguments_the_rule_and_the_conversation(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 9000), message="refund the late one")
+    html = unescape(session_as(app, "reviewer@acme.test").get(f"/approvals/{call.id}").get_data(as_text=True))
+    assert '"amount_cents": 9000' in html
+    assert "Flagged by policy v0: issue_refund calls above $50.00 need one approval" in html
+    assert "refund the late one" in html  # what the support agent asked
+    assert 'id="approve-button"' in html and 'id="reject-reason"' in html
+    viewed = db.session.scalar(select(func.count(AuditEvent.id)).where(AuditEvent.action == "approval_viewed"))
+    assert viewed == 1
+
+
+def test_approving_on_the_page_moves_on_and_a_stale_tab_hears_who_decided(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 9000))
+    first_tab, second_tab = session_as(app, "reviewer@acme.test"), session_as(app, "reviewer2@acme.test")
+    page_one = first_tab.get(f"/approvals/{call.id}").get_data(as_text=True)
+    page_two = second_tab.get(f"/approvals/{call.id}").get_data(as_text=True)
+    approved = first_tab.post(
+        f"/approvals/{call.id}/decide", data={"decision": "approve", **form_token(page_one, "approve-form")}
+    )
+    assert approved.status_code == 303 and approved.location.endswith("/approvals")
+    stale = second_tab.post(
+        f"/approvals/{call.id}/decide",
+        data={"decision": "reject", "reason": "no", **form_token(page_two, "reject-form")},
+        headers={"HX-Request": "true"},
+    )
+    assert stale.status_code == 409
+    body = stale.get_data(as_text=True)
+    assert "Already decided by Acme Corp reviewer (reviewer@acme.test)" in body
+    assert 'id="approve-button"' not in body  # the buttons are gone
+    assert db.session.get(ToolCall, call.id).status == "approved"
+
+
+def test_rejecting_needs_a_reason_and_an_edit_needs_valid_json(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 9000))
+    reviewer = session_as(app, "reviewer@acme.test")
+    page = reviewer.get(f"/approvals/{call.id}").get_data(as_text=True)
+    no_reason = reviewer.post(
+        f"/approvals/{call.id}/decide",
+        headers={"HX-Request": "true"},
+        data={"decision": "reject", "reason": " ", **form_token(page, "reject-form")},
+    )
+    assert no_reason.status_code == 422 and "Say why you reject this call" in no_reason.get_data(as_text=True)
+    broken = reviewer.post(
+        f"/approvals/{call.id}/decide",
+        headers={"HX-Request": "true"},
+        data={"decision": "edit", "edited_input": "{nope", **form_token(page, "edit-form")},
+    )
+    assert broken.status_code == 422 and "not valid JSON" in broken.get_data(as_text=True)
+    wrong = reviewer.post(
+        f"/approvals/{call.id}/decide",
+        headers={"HX-Request": "true"},
+        data={
+            "decision": "edit",
+            "edited_input": '{"invoice_id": 4471, "amount_cents": "lots"}',
+            **form_token(page, "edit-form"),
+        },
+    )
+    assert wrong.status_code == 422 and "amount_cents" in wrong.get_data(as_text=True)
+    assert db.session.scalar(select(func.count(Decision.id))) == 0
+
+
+def test_the_asker_cannot_decide_their_own_call_even_as_a_reviewer(app, api, model):
+    from webapp.accounts import create_user, get_or_create_tenant
+
+    both = create_user(
+        db.session, "both@acme.test", "demo-password", ["agent", "reviewer"], get_or_create_tenant(db.session, "acme")
+    )
+    db.session.commit()
+    model.enqueue(Reply.message(reply(refund(4471, 9000))))
+    created = api.as_("both@acme.test").post("/api/conversations", json={"message": "mine"}).json
+    services().loop(db.session, db.session.get(Conversation, created["id"])).complete()
+    call = db.session.scalar(select(ToolCall).where(ToolCall.conversation_id == created["id"]))
+    html = session_as(app, both.email).get(f"/approvals/{call.id}").get_data(as_text=True)
+    assert "another reviewer must decide it" in html and 'id="approve-button"' not in html
+    refused = api.as_("both@acme.test").post(f"/api/approvals/{call.id}", json={"decision": "approve"})
+    assert refused.status_code == 403
+
+
+@pytest.mark.slow
+def test_fifty_concurrent_decisions_on_one_call_give_one_200_and_one_refund(app, api, model, workers, read):
+    (call,) = waiting_calls(api, model, refund(4471, 9000))
+    tokens = [api.token("reviewer@acme.test"), api.token("reviewer2@acme.test")]
+    statuses: list[int] = []
+    start = threading.Barrier(50)
+
+    def click(n: int) -> None:
+        client = app.test_client()
+        start.wait()
+        response = client.post(
+            f"/api/approvals/{call.id}",
+            json={"decision": "approve"},
+            headers={"Authorization": f"Bearer {tokens[n % 2]}"},
+        )
+        statuses.append(response.status_code)
+
+    threads = [threading.Thread(target=click, args=(n,)) for n in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(set(statuses)) == [200, 409] and statuses.count(200) == 1
+    workers()
+    wait_until(lambda: read(lambda s: s.get(ToolCall, call.id).status) == "succeeded", 30, "the refund to run")
+    assert read(lambda s: s.scalar(select(func.count(Refund.id)))) == 1
+    assert read(lambda s: s.scalar(select(func.count(Decision.id)).where(Decision.tool_call_id == call.id))) == 1
