@@ -173,3 +173,30 @@ def test_fifty_concurrent_decisions_on_one_call_give_one_200_and_one_refund(app,
     wait_until(lambda: read(lambda s: s.get(ToolCall, call.id).status) == "succeeded", 30, "the refund to run")
     assert read(lambda s: s.scalar(select(func.count(Refund.id)))) == 1
     assert read(lambda s: s.scalar(select(func.count(Decision.id)).where(Decision.tool_call_id == call.id))) == 1
+
+
+def test_admins_change_a_policy_on_its_page_and_new_calls_follow_it(app, api, model):
+    admin = session_as(app, "admin@acme.test")
+    page = admin.get("/admin/policies").get_data(as_text=True)
+    assert "issue_refund calls above $50.00 need one approval" in page
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    bad = admin.post("/admin/policies/send_email", data={"csrf_token": token, "mode": "never"})
+    assert bad.status_code == 422 and "must wait for at least one person" in bad.get_data(as_text=True)
+    saved = admin.post(
+        "/admin/policies/issue_refund",
+        data={
+            "csrf_token": token,
+            "mode": "above_amount",
+            "amount_threshold": "200",
+            "approvals_required": "2",
+            "ttl_hours": "2",
+        },
+    )
+    assert saved.status_code == 303
+    assert "above $200.00 need 2 approvals within 2 hours" in admin.get("/admin/policies").get_data(as_text=True)
+    small, large = waiting_calls(api, model, refund(4471, 9000), refund(4401, 20001))
+    assert (small.status, large.status) == ("succeeded", "awaiting_approval")
+    assert large.policy["version"] == 1 and large.approvals_required == 2
+    changed = db.session.scalar(select(AuditEvent).where(AuditEvent.action == "policy_changed"))
+    assert changed.data["before"]["version"] == 0 and changed.data["after"]["version"] == 1
+    assert session_as(app, "reviewer@acme.test").get("/admin/policies").status_code == 403

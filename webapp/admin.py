@@ -18,9 +18,11 @@ from wtforms.widgets import CheckboxInput, ListWidget
 
 from webapp import accounts, audit
 from webapp.accounts import EMAIL_RE, AccountError
+from webapp.agent import policies as policy_rules
 from webapp.extensions import db
 from webapp.models import ROLES, User
 from webapp.security import roles_required
+from webapp.services import services
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
 
@@ -233,3 +235,68 @@ def _failed(user: User, exc: AccountError):
 def _users_page(form: CreateUserForm, row_errors: dict[int, str] | None = None) -> str:
     users = db.session.scalars(select(User).where(User.tenant_id == current_user.tenant_id).order_by(User.email)).all()
     return render_template("admin/users.html", users=users, roles=ROLES, form=form, row_errors=row_errors or {})
+
+
+# --- tool policies ------------------------------------------------------------------------------
+
+
+@bp.get("/policies")
+@roles_required("admin")
+def policies():
+    return _policies_page()
+
+
+@bp.post("/policies/<tool_name>")
+@roles_required("admin")
+def save_policy(tool_name: str):
+    tool = services().tools.get(tool_name)
+    if tool is None:
+        abort(404, description=f"There is no tool named {tool_name}.")
+    form = request.form
+    try:
+        threshold = _whole(form.get("amount_threshold"), "The amount limit", scale=100)
+        approvals_needed = _whole(form.get("approvals_required") or "0", "Approvals needed")
+        ttl_hours = float(form.get("ttl_hours") or "24")
+        before, after = policy_rules.save_policy(
+            db.session,
+            _admin().tenant_id,
+            tool,
+            mode=form.get("mode", ""),
+            amount_threshold_cents=threshold,
+            approvals_required=approvals_needed,
+            ttl_seconds=round(ttl_hours * 3600),
+            by_user_id=_admin().id,
+        )
+    except (policy_rules.PolicyError, ValueError) as exc:
+        db.session.rollback()
+        message = str(exc) if isinstance(exc, policy_rules.PolicyError) else "Hours to decide must be a number."
+        return _policies_page({tool_name: message}), 422
+    audit.record(
+        db.session,
+        "policy_changed",
+        tenant_id=_admin().tenant_id,
+        actor=_admin(),
+        tool_name=tool_name,
+        data={"before": before.snapshot(), "after": after.snapshot()},
+    )
+    db.session.commit()
+    flash(f"Saved: {after.describe()} (version {after.version})", "info")
+    return redirect(url_for("admin.policies"), code=303)
+
+
+def _policies_page(errors: dict[str, str] | None = None) -> str:
+    tools = services().tools
+    rows = [
+        (tools.get(name), policy_rules.policy_for(db.session, _admin().tenant_id, tools.get(name)))
+        for name in sorted(tools.names())
+    ]
+    return render_template("admin/policies.html", rows=rows, errors=errors or {}, modes=policy_rules.MODES)
+
+
+def _whole(raw: str | None, label: str, scale: int = 1) -> int | None:
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return round(float(raw) * scale)
+    except ValueError:
+        raise policy_rules.PolicyError(f"{label} must be a number.") from None

@@ -33,6 +33,7 @@ ITEMS = (
     ),
     NavItem("audit.index", "Audit log", ("auditor", "admin"), "who did what, when, and what it cost"),
     NavItem("admin.users", "Users", ("admin",), "people, roles and passwords"),
+    NavItem("admin.policies", "Policies", ("admin",), "which tool calls wait for people, and how many"),
 )
 
 
