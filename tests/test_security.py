@@ -107,7 +107,12 @@ def sample(app, api, model):
         get_or_create_tenant(db.session, "acme"),
     )
     db.session.commit()
-    values = {"conversation_id": conversation.id, "tool_call_id": call.id, "user_id": target.id}
+    values = {
+        "conversation_id": conversation.id,
+        "tool_call_id": call.id,
+        "user_id": target.id,
+        "tool_name": "send_email",
+    }
     db.session.remove()
     return values
 

@@ -81,8 +81,14 @@ def _stream(channels: list[str]) -> Response:
 
 
 def sse_event(event: dict) -> str:
-    """One SSE message: its name is the event type; text deltas travel as escaped HTML for htmx to append."""
+    """One SSE message named by the event type. Text deltas and tool starts travel as escaped HTML for
+    htmx to put in the page; other events are signals with a JSON body."""
     name = event.get("type", "message")
-    data = html.escape(event["text"]) if name == "text" else json.dumps(event)
+    if name == "text":
+        data = html.escape(event["text"])
+    elif name == "tool_start":
+        data = f"calling {html.escape(event['name'])}…"
+    else:
+        data = json.dumps(event)
     lines = "".join(f"data: {line}\n" for line in data.split("\n"))
     return f"event: {name}\n{lines}\n"
