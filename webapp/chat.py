@@ -79,6 +79,12 @@ def _render_conversation(conversation: Conversation, status: int = 200):
         "tools": services().tools,
         "owner": db.session.get(User, conversation.user_id),
         "composer_open": conversation.status in IDLE and conversation.user_id == current_user.id,
+        "partial_answer": services().dispatcher.partial_answer(conversation.id)
+        if conversation.status in ("queued", "running")
+        else "",
+        "stopped_by": db.session.get(User, conversation.cancel_requested_by_id)
+        if conversation.cancel_requested_by_id
+        else None,
     }
     template = "chat/_conversation.html" if request.headers.get("HX-Request") else "chat/show.html"
     return render_template(template, **context), status

@@ -47,7 +47,7 @@ def conversation(conversation_id: int):
         found = conversations.find(db.session, current_user, conversation_id)
     except Refused as exc:
         abort(exc.status, description=exc.message)
-    return _stream([conversation_channel(found.id), tenant_channel(found.tenant_id)])
+    return _stream([conversation_channel(found.id)])
 
 
 def _stream(channels: list[str]) -> Response:

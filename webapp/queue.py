@@ -94,7 +94,21 @@ class Dispatcher:
 
     def publish(self, conversation_id: int, event: dict) -> None:
         """Best effort: a page that misses an event catches up from the database."""
+        if event.get("type") == "text":  # so a page opened mid-answer can show the answer so far
+            try:
+                key = f"desk:partial:{conversation_id}"
+                self.redis.pipeline().append(key, event["text"]).expire(key, 600).execute()
+            except (redis.RedisError, OSError):
+                pass
         self._publish(f"desk:conversation:{conversation_id}", event)
+
+    def partial_answer(self, conversation_id: int) -> str:
+        """The text streamed so far by the move in flight ("" when none or Redis is away)."""
+        try:
+            value = self.redis.get(f"desk:partial:{conversation_id}")
+        except (redis.RedisError, OSError):
+            return ""
+        return value.decode("utf-8", errors="replace") if value else ""
 
     def publish_tenant(self, tenant_id: int, event: dict) -> None:
         self._publish(f"desk:tenant:{tenant_id}", event)
@@ -102,6 +116,10 @@ class Dispatcher:
     def changed(self, tenant_id: int, conversation_id: int | None = None) -> None:
         """Signal, after a commit, that a conversation or the tenant's approvals changed."""
         if conversation_id is not None:
+            try:  # the answer in flight is now in the database
+                self.redis.delete(f"desk:partial:{conversation_id}")
+            except (redis.RedisError, OSError):
+                pass
             self.publish(conversation_id, {"type": "changed"})
         self.publish_tenant(tenant_id, {"type": "approvals-changed"})
 
