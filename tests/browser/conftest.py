@@ -236,6 +236,7 @@ def page_for(new_page) -> Callable[[str], Page]:
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in").click()
         expect(page).to_have_url(re.compile(r"/$"))
+        page.wait_for_load_state()  # deferred scripts (htmx) have run
         return page
 
     return sign_in

@@ -185,13 +185,31 @@ def test_only_offered_tools_are_called():
     assert "the send_email tool isn't available" in text_of(message)
 
 
-def test_merged_user_text_blocks_are_read_together():
+def test_after_a_stopped_run_the_newest_words_are_answered():
+    # Several texts in one turn happen when a person stops a run and writes again: the new words win,
+    # even after the stopped round's results.
     content = [
+        {"type": "tool_result", "tool_use_id": "toolu_x", "content": "Cancelled: nothing was done.", "is_error": True},
         {"type": "text", "text": "refund $5 on invoice 1."},
         {"type": "text", "text": "email customer 2"},
     ]
-    message = ask(demo_client(), [{"role": "user", "content": content}])
-    assert [use.name for use in tool_uses(message)] == ["issue_refund", "send_email"]
+    history = [
+        {"role": "user", "content": "refund $5 on invoice 1."},
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_x",
+                    "name": "issue_refund",
+                    "input": {"invoice_id": 1, "amount_cents": 500, "reason": "x"},
+                }
+            ],
+        },
+        {"role": "user", "content": content},
+    ]
+    message = ask(demo_client(), history)
+    assert [use.name for use in tool_uses(message)] == ["send_email"]
 
 
 # --- turns after tool results ---------------------------------------------------------------------

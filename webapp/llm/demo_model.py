@@ -66,10 +66,10 @@ def respond(request: dict) -> dict:
     user_index = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
     if user_index is None:
         content, stop = [_text(_help(tools))], "end_turn"
-    elif _tool_results(messages[user_index]):
+    elif _tool_results(messages[user_index]) and not _newest_text(messages[user_index]):
         content, stop = _answer_results(messages, user_index, tools)
-    else:
-        content, stop = _answer_text(_text_of(messages[user_index]), tools)
+    else:  # a new question, possibly sent after a stopped round: answer the newest words
+        content, stop = _answer_text(_newest_text(messages[user_index]), tools)
     content = [_with_id(block, i, messages) for i, block in enumerate(content)]
     return {
         "id": "msg_demo_" + _digest({**request, "stream": None}),
@@ -422,6 +422,15 @@ def _text_of(message: dict) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(b.get("text", "") for b in _blocks(message) if b.get("type") == "text")
+
+
+def _newest_text(message: dict) -> str:
+    """The last thing the person wrote in this turn (a turn can hold several texts after a stop)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    texts = [b.get("text", "") for b in _blocks(message) if b.get("type") == "text" and b.get("text", "").strip()]
+    return texts[-1] if texts else ""
 
 
 def _tool_results(message: dict) -> list[dict]:
