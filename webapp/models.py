@@ -215,6 +215,8 @@ class ToolCall(Base):
     __table_args__ = (
         UniqueConstraint("conversation_id", "tool_use_id", name="uq_tool_calls_conversation_tool_use_id"),
         Index("ix_tool_calls_conversation_message", "conversation_id", "message_id", "position"),
+        # the inbox: a tenant's waiting calls, oldest first
+        Index("ix_tool_calls_tenant_status_created", "tenant_id", "status", "created_at", "id"),
     )
 
 
@@ -379,6 +381,8 @@ class AuditEvent(Base):
         Index("ix_audit_events_tenant_action", "tenant_id", "action", "id"),
         Index("ix_audit_events_conversation", "conversation_id", "id"),
         Index("ix_audit_events_actor", "actor_id", "id"),
+        Index("ix_audit_events_tenant_id_order", "tenant_id", "id"),  # the audit page's keyset
+        Index("ix_audit_events_tenant_tool", "tenant_id", "tool_name", "id"),
     )
 
 
