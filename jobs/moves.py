@@ -37,7 +37,7 @@ def advance_conversation(conversation_id: int, version: int) -> str:
     if result.next_version is not None:
         desk.dispatcher.enqueue_move(conversation_id, result.next_version)
     if result.tenant_id is not None:
-        desk.dispatcher.changed(result.tenant_id, conversation_id)
+        desk.dispatcher.changed(result.tenant_id, conversation_id, move_done=True)
     return result.outcome
 
 

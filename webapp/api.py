@@ -6,7 +6,7 @@ from flask import Blueprint, g, jsonify, request
 from sqlalchemy import func, select
 from werkzeug.exceptions import HTTPException
 
-from webapp import approvals, conversations
+from webapp import approvals, audit_log, conversations
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.transcript import api_messages
 from webapp.errors import Refused, json_error
@@ -143,6 +143,15 @@ def decide_approval(tool_call_id: int):
         db.session, g.user, tool_call_id, body.get("decision"), body.get("reason"), body.get("arguments_hash")
     )
     return jsonify(serialize_call(call))
+
+
+# --- audit log ----------------------------------------------------------------------------------
+
+
+@bp.get("/audit")
+@api_roles("auditor", "admin")
+def audit_events():
+    return jsonify(audit_log.api_page(g.user, request.args))
 
 
 # --- shapes -------------------------------------------------------------------------------------

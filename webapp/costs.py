@@ -13,13 +13,14 @@ import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 
-from sqlalchemy import literal, select, tuple_
+from sqlalchemy import String, and_, case, func, literal_column, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import aliased
 
 from webapp.models import AuditEvent, Conversation, User
 
@@ -59,7 +60,9 @@ DEFAULT_PRICES: dict[str, Price] = {
     "claude-3-haiku": _price("0.25", "1.25", "0.30", "0.03"),
 }
 
-MODEL_PRICES_EXAMPLE = 'MODEL_PRICES=\'{"claude-sonnet-5": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}\''
+MODEL_PRICES_EXAMPLE = (
+    'MODEL_PRICES=\'{"claude-sonnet-5": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}\''
+)
 
 
 @dataclass(frozen=True)
@@ -89,13 +92,18 @@ class PriceTable:
         price = self.lookup(_get(usage, "model"))
         if price is None:
             return Decimal(0)
-        tokens = {name: Decimal(int(_get(usage, name) or 0)) for name in TOKEN_FIELDS}
+        tokens = {name: _decimal(_get(usage, name)) for name in TOKEN_FIELDS}
         return (
             tokens["input_tokens"] * price.input
             + tokens["output_tokens"] * price.output
             + tokens["cache_creation_input_tokens"] * price.cache_write
             + tokens["cache_read_input_tokens"] * price.cache_read
         ) / MILLION
+
+
+def _decimal(value) -> Decimal:
+    # Token counts are ints, or floats when a model call is shared between tools.
+    return Decimal(0) if value is None else Decimal(value) if isinstance(value, int) else Decimal(str(value))
 
 
 def _get(usage, name: str):
@@ -150,15 +158,11 @@ def cost(usage, prices: PriceTable | None = None) -> Decimal:
 
 # --- dashboard figures ----------------------------------------------------------------------------
 
-PARTS = {
-    "usage": ("model_call", "tool_call_requested", "conversation_started"),
-    "approvals": ("approval_requested", "approval_decided", "approval_expired"),
-    "tools": ("tool_call_executed",),
-}
+PARTS = ("usage", "approvals", "tools")
 DECISIONS = ("approved", "rejected", "expired")
 NO_TOOL = "(answers, no tool)"
-UNKNOWN_OWNER = "(unknown)"
-BATCH = 5000
+UNKNOWN_OWNER = "(conversation gone)"
+_USAGE_FIELDS = ("model_calls", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "cost")
 
 
 @dataclass
@@ -172,13 +176,21 @@ class Usage:
     cache_read_tokens: Decimal = Decimal(0)
     cost: Decimal = Decimal(0)
 
-    def add(self, data: Mapping, amount: Decimal, share: Decimal = Decimal(1)) -> None:
-        self.model_calls += share
-        self.input_tokens += int(data.get("input_tokens") or 0) * share
-        self.output_tokens += int(data.get("output_tokens") or 0) * share
-        self.cache_write_tokens += int(data.get("cache_creation_input_tokens") or 0) * share
-        self.cache_read_tokens += int(data.get("cache_read_input_tokens") or 0) * share
-        self.cost += amount * share
+    def add(self, row, prices: PriceTable) -> None:
+        """Add an aggregate row: model, model_calls and the four token sums."""
+        usage = {"model": row.model, **{name: row._mapping[name] for name in TOKEN_FIELDS}}
+        self.model_calls += _decimal(row.model_calls)
+        self.input_tokens += _decimal(usage["input_tokens"])
+        self.output_tokens += _decimal(usage["output_tokens"])
+        self.cache_write_tokens += _decimal(usage["cache_creation_input_tokens"])
+        self.cache_read_tokens += _decimal(usage["cache_read_input_tokens"])
+        self.cost += prices.cost(usage)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in _USAGE_FIELDS})
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(**{name: getattr(self, name) - getattr(other, name) for name in _USAGE_FIELDS})
 
     @property
     def tokens(self) -> Decimal:
@@ -231,13 +243,13 @@ class Dashboard:
     end: date
     days: list[date]
     usage_by_day: dict[date, Usage]
-    usage_by_person: dict[str, Usage]
-    usage_by_tool: dict[str, Usage]
-    usage_total: Usage
-    approvals_by_day: dict[date, Approvals]
-    approvals_total: Approvals
-    tools: dict[str, ToolRuns]
-    unpriced_models: set[str]
+    usage_by_person: dict[str, Usage] = field(default_factory=dict)
+    usage_by_tool: dict[str, Usage] = field(default_factory=dict)
+    usage_total: Usage = field(default_factory=Usage)
+    approvals_by_day: dict[date, Approvals] = field(default_factory=dict)
+    approvals_total: Approvals = field(default_factory=Approvals)
+    tools: dict[str, ToolRuns] = field(default_factory=dict)
+    unpriced_models: set[str] = field(default_factory=set)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -246,165 +258,177 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(len(ordered) * p / 100) - 1))]
 
 
+def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
+    """[start 00:00, the day after end 00:00) in UTC."""
+    return datetime.combine(start, time(), UTC), datetime.combine(end + timedelta(days=1), time(), UTC)
+
+
 def dashboard(
     engine: Engine,
     tenant_id: int,
     start: date,
     end: date,
     prices: PriceTable | None = None,
-    parts: tuple[str, ...] = tuple(PARTS),
+    parts: tuple[str, ...] = PARTS,
 ) -> Dashboard:
     """The tenant's figures from its audit events between `start` and `end` (inclusive, UTC days),
     for the asked `parts` (usage, approvals, tools); the others stay empty.
 
     Usage comes from model_call events; a person is the conversation's owner; a model call's tokens
-    and cost go to the tools its reply asked for, split evenly (NO_TOOL when it asked for none).
-    Decision latency runs from approval_requested to approval_decided of the same tool call; a
-    decision counts on the day it was made. Reads in batches on short connections."""
-    prices = prices or PriceTable()
+    and cost go to the tools its reply asked for (the tool_call_requested events that follow it in
+    its conversation), split evenly, or to NO_TOOL. Decision latency runs from approval_requested
+    to the final approval_decided (or approval_expired) of the same tool call, and counts on the day
+    of the decision. Each query aggregates in the database on a short connection of its own."""
     days = [start + timedelta(days=n) for n in range((end - start).days + 1)]
-    board = Dashboard(
-        start=start,
-        end=end,
-        days=days,
-        usage_by_day={day: Usage() for day in days},
-        usage_by_person=defaultdict(Usage),
-        usage_by_tool=defaultdict(Usage),
-        usage_total=Usage(),
-        approvals_by_day={day: Approvals() for day in days},
-        approvals_total=Approvals(),
-        tools=defaultdict(ToolRuns),
-        unpriced_models=set(),
-    )
-    actions = [action for part in parts for action in PARTS[part]]
-    # The model call each conversation made last, waiting for the tool calls its reply asked for.
-    open_turns: dict[int, tuple[dict, Decimal, list[str]]] = {}
-    owners_seen: dict[int, str] = {}
-    usage_by_conversation: dict[int, Usage] = defaultdict(Usage)
-    requested_at: dict[int, datetime] = {}
-    decisions: list[tuple[int, datetime, str]] = []
-
-    for event in _events(engine, tenant_id, actions, start, end):
-        action, conversation_id = event.action, event.conversation_id
-        if action == "model_call":
-            data = event.data or {}
-            amount = prices.cost(data)
-            if prices.lookup(data.get("model")) is None:
-                board.unpriced_models.add(str(data.get("model")))
-            board.usage_by_day[event.created_at.date()].add(data, amount)
-            board.usage_total.add(data, amount)
-            usage_by_conversation[conversation_id].add(data, amount)
-            if conversation_id in open_turns:
-                _attribute(board, *open_turns.pop(conversation_id))
-            open_turns[conversation_id] = (data, amount, [])
-        elif action == "tool_call_requested" and conversation_id in open_turns:
-            open_turns[conversation_id][2].append(event.tool_name or "?")
-        elif action == "conversation_started" and event.actor_label:
-            owners_seen[conversation_id] = event.actor_label
-        elif action == "approval_requested" and event.tool_call_id is not None:
-            requested_at[event.tool_call_id] = event.created_at
-            board.approvals_total.requested += 1
-            board.approvals_by_day[event.created_at.date()].requested += 1
-        elif action in ("approval_decided", "approval_expired"):
-            outcome = "expired" if action == "approval_expired" else event.outcome
-            if outcome in DECISIONS:
-                decisions.append((event.tool_call_id, event.created_at, outcome))
-        elif action == "tool_call_executed":
-            runs = board.tools[event.tool_name or "?"]
-            runs.runs += 1
-            runs.failed += event.outcome == "failed"
-    for turn in open_turns.values():
-        _attribute(board, *turn)
-
-    earlier = _requested_before(engine, tenant_id, start, [d[0] for d in decisions if d[0] not in requested_at])
-    requested_at.update(earlier)
-    for tool_call_id, decided_at, outcome in decisions:
-        for bucket in (board.approvals_by_day[decided_at.date()], board.approvals_total):
-            setattr(bucket, outcome, getattr(bucket, outcome) + 1)
-            if tool_call_id in requested_at:
-                bucket.latencies.append((decided_at - requested_at[tool_call_id]).total_seconds())
-
-    owners = _owners(engine, tenant_id, list(usage_by_conversation))
-    for conversation_id, usage in usage_by_conversation.items():
-        person = owners.get(conversation_id) or owners_seen.get(conversation_id) or UNKNOWN_OWNER
-        _merge(board.usage_by_person[person], usage)
-    board.usage_by_person = dict(sorted(board.usage_by_person.items(), key=lambda kv: -kv[1].cost))
-    board.usage_by_tool = dict(sorted(board.usage_by_tool.items(), key=lambda kv: -kv[1].cost))
-    board.tools = dict(sorted(board.tools.items()))
+    board = Dashboard(start, end, days, usage_by_day={day: Usage() for day in days})
+    board.approvals_by_day = {day: Approvals() for day in days}
+    query = _Queries(engine, tenant_id, start, end)
+    if "usage" in parts:
+        _usage(board, query, prices or PriceTable())
+    if "approvals" in parts:
+        _approvals(board, query)
+    if "tools" in parts:
+        for row in query.run(query.tool_runs()):
+            board.tools[row.tool_name or "?"] = ToolRuns(runs=row.runs, failed=row.failed or 0)
     return board
 
 
-def _attribute(board: Dashboard, data: dict, amount: Decimal, tools: list[str]) -> None:
-    if not tools:
-        board.usage_by_tool[NO_TOOL].add(data, amount)
-        return
-    share = Decimal(1) / len(tools)
-    for tool in tools:
-        board.usage_by_tool[tool].add(data, amount, share)
+def _usage(board: Dashboard, query: _Queries, prices: PriceTable) -> None:
+    by_model: dict[str, Usage] = defaultdict(Usage)
+    for row in query.run(query.usage(query.day)):
+        board.usage_by_day[date.fromisoformat(row.key)].add(row, prices)
+        board.usage_total.add(row, prices)
+        by_model[row.model].add(row, prices)
+        if prices.lookup(row.model) is None:
+            board.unpriced_models.add(str(row.model))
+    rows = query.run(query.usage(Conversation.user_id, owners=True))
+    emails = dict(query.run(select(User.id, User.email).where(User.tenant_id == query.tenant_id)))
+    by_person: dict[str, Usage] = defaultdict(Usage)
+    for row in rows:
+        by_person[emails.get(row.key, UNKNOWN_OWNER)].add(row, prices)
+    by_tool: dict[str, Usage] = defaultdict(Usage)
+    attributed: dict[str, Usage] = defaultdict(Usage)
+    for row in query.run(query.usage_by_tool()):
+        by_tool[row.key or "?"].add(row, prices)
+        attributed[row.model].add(row, prices)
+    for model, usage in by_model.items():
+        rest = usage - attributed[model]
+        if rest.model_calls > Decimal("0.000001"):  # the database shared calls out in floats
+            by_tool[NO_TOOL] += rest
+    board.usage_by_person = dict(sorted(by_person.items(), key=lambda kv: -kv[1].cost))
+    board.usage_by_tool = dict(sorted(by_tool.items(), key=lambda kv: -kv[1].cost))
 
 
-def _merge(into: Usage, usage: Usage) -> None:
-    for name in ("model_calls", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "cost"):
-        setattr(into, name, getattr(into, name) + getattr(usage, name))
+def _approvals(board: Dashboard, query: _Queries) -> None:
+    requested_at: dict[int, datetime] = {}
+    decisions = []
+    for row in query.run(query.approval_events()):
+        if row.action == "approval_requested":
+            requested_at[row.tool_call_id] = row.created_at
+            for bucket in (board.approvals_by_day[row.created_at.date()], board.approvals_total):
+                bucket.requested += 1
+        elif row.outcome in DECISIONS:  # a first of two approvals is still awaiting_approval
+            decisions.append(row)
+    missing = [row.tool_call_id for row in decisions if row.tool_call_id not in requested_at]
+    requested_at.update(query.requested_before(missing))
+    for row in decisions:
+        for bucket in (board.approvals_by_day[row.created_at.date()], board.approvals_total):
+            setattr(bucket, row.outcome, getattr(bucket, row.outcome) + 1)
+            if row.tool_call_id in requested_at:
+                bucket.latencies.append((row.created_at - requested_at[row.tool_call_id]).total_seconds())
 
 
-def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
-    """[start 00:00, the day after end 00:00) in UTC."""
-    return datetime.combine(start, time(), UTC), datetime.combine(end + timedelta(days=1), time(), UTC)
+# By output column: PostgreSQL cannot tell that two bound copies of an expression are the same one.
+_BY_KEY_AND_MODEL = (literal_column("key"), literal_column("model"))
 
 
-def _events(engine: Engine, tenant_id: int, actions: list[str], start: date, end: date) -> Iterator:
-    """The tenant's events of these actions in the range, in time order, BATCH rows per short
-    connection (keyset on created_at, id: the (tenant_id, created_at, id) index serves it)."""
-    low, high = day_bounds(start, end)
-    e = AuditEvent
-    columns = (e.id, e.created_at, e.action, e.actor_label, e.conversation_id, e.tool_call_id, e.tool_name, e.outcome)
-    base = (
-        select(*columns, e.data)
-        .where(e.tenant_id == tenant_id, e.created_at >= low, e.created_at < high, e.action.in_(actions))
-        .order_by(e.created_at, e.id)
-        .limit(BATCH)
-    )
-    after = None
-    while True:
-        query = base
-        if after is not None:
-            query = base.where(tuple_(e.created_at, e.id) > tuple_(literal(after[0], e.created_at.type), literal(after[1])))
-        with engine.connect() as connection:
-            rows = connection.execute(query).all()
-        yield from rows
-        if len(rows) < BATCH:
-            return
-        after = (rows[-1].created_at, rows[-1].id)
+class _Queries:
+    """The dashboard's queries over one tenant's events in one range of days."""
 
+    def __init__(self, engine: Engine, tenant_id: int, start: date, end: date) -> None:
+        self.engine, self.tenant_id = engine, tenant_id
+        self.low, self.high = day_bounds(start, end)
+        e = AuditEvent
+        self.scope = (e.tenant_id == tenant_id, e.created_at >= self.low, e.created_at < self.high)
+        if engine.dialect.name == "postgresql":
+            self.day = func.to_char(func.timezone("UTC", e.created_at), "YYYY-MM-DD")
+        else:  # SQLite stores UTC as "YYYY-MM-DD HH:MM:SS.ffffff"
+            self.day = func.substr(e.created_at, 1, 10, type_=String)
 
-def _requested_before(engine: Engine, tenant_id: int, start: date, tool_call_ids: list[int]) -> dict[int, datetime]:
-    """When the calls decided in the range but asked for before it were put to a person."""
-    found: dict[int, datetime] = {}
-    low, _ = day_bounds(start, start)
-    ids = [i for i in tool_call_ids if i is not None]
-    for n in range(0, len(ids), 500):
-        query = select(AuditEvent.tool_call_id, AuditEvent.created_at).where(
-            AuditEvent.tenant_id == tenant_id,
-            AuditEvent.action == "approval_requested",
-            AuditEvent.created_at < low,
-            AuditEvent.tool_call_id.in_(ids[n : n + 500]),
+    def run(self, query) -> list:
+        with self.engine.connect() as connection:
+            return connection.execute(query).all()
+
+    @staticmethod
+    def _sums(event, share=None):
+        def total(name):
+            value = event.data[name].as_float() if share is not None else event.data[name].as_integer()
+            return func.coalesce(func.sum(value if share is None else value / share), 0).label(name)
+
+        calls = func.count() if share is None else func.sum(1.0 / share)
+        return (event.data["model"].as_string().label("model"), calls.label("model_calls"), *map(total, TOKEN_FIELDS))
+
+    def usage(self, key, owners: bool = False):
+        """Model-call sums by `key` and model."""
+        e = AuditEvent
+        query = select(key.label("key"), *self._sums(e)).where(*self.scope, e.action == "model_call")
+        if owners:
+            query = query.outerjoin(
+                Conversation, and_(Conversation.id == e.conversation_id, Conversation.tenant_id == e.tenant_id)
+            )
+        return query.group_by(*_BY_KEY_AND_MODEL)
+
+    def usage_by_tool(self):
+        """Model-call sums by tool asked for and model, each call shared evenly between its tools."""
+        e = AuditEvent
+        # The model call of each step: the newest model_call so far in its conversation.
+        turn = func.max(case((e.action == "model_call", e.id))).over(partition_by=e.conversation_id, order_by=e.id)
+        steps = (
+            select(e.action, e.tool_name, turn.label("turn"))
+            .where(*self.scope, e.action.in_(("model_call", "tool_call_requested")))
+            .subquery()
         )
-        with engine.connect() as connection:
-            found.update({row.tool_call_id: row.created_at for row in connection.execute(query)})
-    return found
-
-
-def _owners(engine: Engine, tenant_id: int, conversation_ids: list[int]) -> dict[int, str]:
-    """The owner's email of each of these conversations of the tenant."""
-    owners: dict[int, str] = {}
-    ids = [i for i in conversation_ids if i is not None]
-    for n in range(0, len(ids), 500):
-        query = (
-            select(Conversation.id, User.email)
-            .join(User, User.id == Conversation.user_id)
-            .where(Conversation.tenant_id == tenant_id, Conversation.id.in_(ids[n : n + 500]))
+        asks = (
+            select(steps.c.turn, steps.c.tool_name, func.count().over(partition_by=steps.c.turn).label("n"))
+            .where(steps.c.action == "tool_call_requested", steps.c.turn.is_not(None))
+            .subquery()
         )
-        with engine.connect() as connection:
-            owners.update({row.id: row.email for row in connection.execute(query)})
-    return owners
+        call = aliased(AuditEvent)
+        return (
+            select(asks.c.tool_name.label("key"), *self._sums(call, share=asks.c.n))
+            .join(call, call.id == asks.c.turn)
+            .group_by(*_BY_KEY_AND_MODEL)
+        )
+
+    def approval_events(self):
+        e = AuditEvent
+        actions = ("approval_requested", "approval_decided", "approval_expired")
+        return (
+            select(e.action, e.tool_call_id, e.outcome, e.created_at)
+            .where(*self.scope, e.action.in_(actions))
+            .order_by(e.id)
+        )
+
+    def requested_before(self, tool_call_ids: list[int]) -> dict[int, datetime]:
+        """When calls decided in the range but asked for before it were put to a person."""
+        found: dict[int, datetime] = {}
+        ids = sorted({i for i in tool_call_ids if i is not None})
+        e = AuditEvent
+        for n in range(0, len(ids), 500):
+            query = select(e.tool_call_id, e.created_at).where(
+                e.tenant_id == self.tenant_id,
+                e.action == "approval_requested",
+                e.created_at < self.low,
+                e.tool_call_id.in_(ids[n : n + 500]),
+            )
+            found.update({row.tool_call_id: row.created_at for row in self.run(query)})
+        return found
+
+    def tool_runs(self):
+        e = AuditEvent
+        return (
+            select(e.tool_name, func.count().label("runs"), func.sum(case((e.outcome == "failed", 1))).label("failed"))
+            .where(*self.scope, e.action == "tool_call_executed")
+            .group_by(e.tool_name)
+            .order_by(e.tool_name)
+        )

@@ -113,13 +113,16 @@ class Dispatcher:
     def publish_tenant(self, tenant_id: int, event: dict) -> None:
         self._publish(f"desk:tenant:{tenant_id}", event)
 
-    def changed(self, tenant_id: int, conversation_id: int | None = None) -> None:
-        """Signal, after a commit, that a conversation or the tenant's approvals changed."""
+    def changed(self, tenant_id: int, conversation_id: int | None = None, move_done: bool = False) -> None:
+        """Signal, after a commit, that a conversation or the tenant's approvals changed. Only the
+        worker that finished a move says move_done: the answer it streamed is now in the database
+        (a web request saying so could race a worker that already started the next answer)."""
         if conversation_id is not None:
-            try:  # the answer in flight is now in the database
-                self.redis.delete(f"desk:partial:{conversation_id}")
-            except (redis.RedisError, OSError):
-                pass
+            if move_done:
+                try:
+                    self.redis.delete(f"desk:partial:{conversation_id}")
+                except (redis.RedisError, OSError):
+                    pass
             self.publish(conversation_id, {"type": "changed"})
         self.publish_tenant(tenant_id, {"type": "approvals-changed"})
 

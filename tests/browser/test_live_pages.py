@@ -79,8 +79,11 @@ def test_a_decision_taken_elsewhere_removes_the_buttons_from_an_open_decision_pa
     call_id = int(reviewer.url.rsplit("/", 1)[1])
 
     other = page_for("reviewer2@acme.test")
-    response = other.request.post(f"/api/approvals/{call_id}", data={"decision": "reject", "reason": "Too much"},
-                                  headers={"Authorization": f"Bearer {api_token('reviewer2@acme.test')}"})
+    response = other.request.post(
+        f"/api/approvals/{call_id}",
+        data={"decision": "reject", "reason": "Too much"},
+        headers={"Authorization": f"Bearer {api_token('reviewer2@acme.test')}"},
+    )
     assert response.status == 200
     expect(reviewer.locator("#approve-button")).to_have_count(0)
     expect(reviewer.locator(".settled")).to_contain_text("Decided by Acme Corp reviewer2")
@@ -89,7 +92,7 @@ def test_a_decision_taken_elsewhere_removes_the_buttons_from_an_open_decision_pa
 def test_streamed_text_appears_before_the_model_call_ends(page_for, workers, model):
     gate = threading.Event()
     model.enqueue(Reply.held(gate), match="[[long answer]]")
-    workers()
+    workers(MODEL_TIMEOUT_SECONDS="120")  # the held stream must not time out and be retried unheld
     agent = page_for("agent@acme.test")
     ask(agent, "[[long answer]] please")
     live = agent.locator("#live-answer .text")
@@ -104,7 +107,7 @@ def test_streamed_text_appears_before_the_model_call_ends(page_for, workers, mod
 def test_a_reload_mid_stream_shows_the_text_so_far_then_follows(page_for, workers, model):
     gate = threading.Event()
     model.enqueue(Reply.held(gate), match="[[long answer]]")
-    workers()
+    workers(MODEL_TIMEOUT_SECONDS="120")  # the held stream must not time out and be retried unheld
     agent = page_for("agent@acme.test")
     ask(agent, "[[long answer]] again")
     expect(agent.locator("#live-answer .text")).not_to_be_empty()
@@ -116,16 +119,14 @@ def test_a_reload_mid_stream_shows_the_text_so_far_then_follows(page_for, worker
 
 
 def test_stop_during_a_stream_leaves_a_conversation_that_carries_on(page_for, workers, model):
-    gate = threading.Event()
-    model.enqueue(Reply.held(gate), match="[[long answer]]")
-    workers()
+    model.enqueue(Reply.held(0.3), match="[[long answer]]")  # a slow model: a chunk every 0.3 s
+    workers(MODEL_TIMEOUT_SECONDS="120")
     agent = page_for("agent@acme.test")
     ask(agent, "[[long answer]] and stop")
     expect(agent.locator("#live-answer .text")).not_to_be_empty()
     agent.get_by_role("button", name="Stop").click()
     expect(agent.locator("#conversation-status")).to_have_text("stopped")
     expect(agent.get_by_text("Stopped by you")).to_be_visible()
-    gate.set()
     agent.get_by_label("Your message").fill("Show invoices for customer 4471")
     agent.get_by_role("button", name="Send").click()
     expect(agent.locator("#conversation-status")).to_have_text("completed")
@@ -141,8 +142,13 @@ def test_the_conversation_list_changes_status_live_when_a_decision_lands(page_fo
     row = agent.locator("#conversation-list tbody tr").first
     expect(row).to_contain_text("waiting for approval")
     reviewer = page_for("reviewer@acme.test")
-    pending = reviewer.request.get("/api/approvals", headers={"Authorization": f"Bearer {api_token('reviewer@acme.test')}"})
+    pending = reviewer.request.get(
+        "/api/approvals", headers={"Authorization": f"Bearer {api_token('reviewer@acme.test')}"}
+    )
     call_id = pending.json()["approvals"][0]["id"]
-    reviewer.request.post(f"/api/approvals/{call_id}", data={"decision": "approve"},
-                          headers={"Authorization": f"Bearer {api_token('reviewer@acme.test')}"})
+    reviewer.request.post(
+        f"/api/approvals/{call_id}",
+        data={"decision": "approve"},
+        headers={"Authorization": f"Bearer {api_token('reviewer@acme.test')}"},
+    )
     expect(row).to_contain_text("completed")

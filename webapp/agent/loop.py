@@ -494,7 +494,7 @@ class _DeltaBuffer:
         self.events = events
         self.conversation_id = conversation_id
         self.pending: list[str] = []
-        self.last = time.monotonic()
+        self.last = 0.0  # the first words go out at once, however soon the next ones come
 
     def add(self, text: str) -> None:
         self.pending.append(text)

@@ -8,6 +8,8 @@ SDK's request building and stream parsing run either way.
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ class ModelReply:
 
 # Checked this often while a reply streams: cancellation and lease renewal (seconds).
 CHECK_EVERY = 0.25
+log = logging.getLogger(__name__)
 
 
 class ModelClient:
@@ -61,10 +64,11 @@ class ModelClient:
         on_tool_start: Callable[[str], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> ModelReply:
-        """Stream one reply. If should_stop() turns true between chunks, the partial reply comes back
+        """Stream one reply. should_stop() is asked every CHECK_EVERY seconds on another thread, so a
+        stop is honoured between chunks even while the model stalls: the partial reply then comes back
         with stop_reason "cancelled" and only its text (an unfinished tool call is never kept)."""
         started = time.perf_counter()
-        last_check = started
+        stopped = threading.Event()
         try:
             with self.client.messages.stream(
                 model=self.model,
@@ -73,26 +77,24 @@ class ModelClient:
                 tools=tools,
                 messages=messages,
             ) as stream:
-                for event in stream:
-                    if event.type == "text" and on_text:
-                        on_text(event.text)
-                    elif event.type == "content_block_start" and event.content_block.type == "tool_use":
-                        if on_tool_start:
-                            on_tool_start(event.content_block.name)
-                    now = time.perf_counter()
-                    if should_stop and now - last_check >= CHECK_EVERY:
-                        last_check = now
-                        if should_stop():
-                            snapshot = stream.current_message_snapshot
-                            text = [b for b in _blocks(snapshot.content) if b["type"] == "text" and b["text"]]
-                            return ModelReply(
-                                text,
-                                "cancelled",
-                                snapshot.model,
-                                _usage(snapshot.usage),
-                                _request_id(stream),
-                                _ms(started),
-                            )
+                watcher = _Watcher(stream, should_stop, stopped) if should_stop else None
+                try:
+                    for event in stream:
+                        if stopped.is_set():
+                            break
+                        if event.type == "text" and on_text:
+                            on_text(event.text)
+                        elif event.type == "content_block_start" and event.content_block.type == "tool_use":
+                            if on_tool_start:
+                                on_tool_start(event.content_block.name)
+                except Exception:
+                    if not stopped.is_set():
+                        raise
+                finally:
+                    if watcher:
+                        watcher.finish()
+                if stopped.is_set():
+                    return _cancelled(stream, started)
                 final = stream.get_final_message()
                 request_id = _request_id(stream)
             if final.stop_reason is None:  # the stream ended without saying why: a cut, not an answer
@@ -118,6 +120,42 @@ class ModelClient:
 
 
 TRANSIENT_ERROR_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+
+class _Watcher:
+    """Asks should_stop() on its own thread; on a yes it closes the stream, which ends a blocked read."""
+
+    def __init__(self, stream, should_stop: Callable[[], bool], stopped: threading.Event) -> None:
+        self.stream = stream
+        self.should_stop = should_stop
+        self.stopped = stopped
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="model-stream-watcher", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.done.wait(CHECK_EVERY):
+            try:
+                stop = self.should_stop()
+            except Exception:  # a failed check is not a stop; the next one may work
+                log.warning("could not check for a stop request", exc_info=True)
+                continue
+            if stop:
+                self.stopped.set()
+                self.stream.close()
+                return
+
+    def finish(self) -> None:
+        self.done.set()
+        self.thread.join(5)
+
+
+def _cancelled(stream, started: float) -> ModelReply:
+    snapshot = stream._current_snapshot_or_none()  # None when the stop came before the first event
+    if snapshot is None:
+        return ModelReply([], "cancelled", "", {}, _request_id(stream), _ms(started))
+    text = [b for b in _blocks(snapshot.content) if b["type"] == "text" and b["text"]]
+    return ModelReply(text, "cancelled", snapshot.model, _usage(snapshot.usage), _request_id(stream), _ms(started))
 
 
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:

@@ -1,0 +1,551 @@
+"""The auditors' pages: the audit log browser and its filters, keyset pages, exports that verify
+outside the app, the costs and approvals dashboard, tenant isolation and bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import re
+import tracemalloc
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import delete, select
+
+from webapp import audit, audit_log, costs
+from webapp.extensions import db
+from webapp.models import AuditEvent, AuditHead, Conversation, Tenant, User
+from webapp.services import services
+
+AUDITOR = "auditor@acme.test"
+GENERATED = 20_000
+
+
+@pytest.fixture
+def fresh(app):
+    """An empty audit log before and after the test (the conftest's `clean` leaves it alone)."""
+
+    def empty():
+        db.session.execute(delete(AuditEvent))
+        db.session.execute(delete(AuditHead))
+        db.session.commit()
+
+    empty()
+    yield
+    empty()
+
+
+@pytest.fixture
+def acme(app) -> int:
+    return db.session.scalar(select(Tenant.id).where(Tenant.slug == "acme"))
+
+
+@pytest.fixture
+def generated(fresh, acme) -> list[dict]:
+    """GENERATED synthetic events on acme's chain, as the database holds them, newest first."""
+    db.session.remove()  # the generator writes on connections of its own (SQLite: one writer at a time)
+    audit_log.generate_events(db.engine, acme, GENERATED, seed=7, batch_size=3000)
+    rows = db.session.scalars(select(AuditEvent).order_by(AuditEvent.id.desc())).all()
+    events = [audit_log.record(row) for row in rows]
+    db.session.remove()
+    return events
+
+
+def as_page_user(app, email: str):
+    """A test client signed in as this person (their session, as the sign-in form leaves it)."""
+    client = app.test_client()
+    user = db.session.scalar(select(User).where(User.email == email))
+    with client.session_transaction() as session:
+        session["_user_id"] = user.get_id()
+        session["_fresh"] = True
+    db.session.remove()
+    return client
+
+
+def walk(api, email: str, **params) -> list[dict]:
+    """Every event GET /api/audit gives for these filters, following next_cursor to the end."""
+    events, cursor = [], None
+    while True:
+        query = {**params, "limit": 500, **({"cursor": cursor} if cursor else {})}
+        reply = api.as_(email).get("/api/audit", query_string=query)
+        assert reply.status_code == 200, reply.json
+        events += reply.json["events"]
+        cursor = reply.json["next_cursor"]
+        if cursor is None:
+            return events
+
+
+def ids(events) -> list[int]:
+    return [event["id"] for event in events]
+
+
+# --- the demo flow ----------------------------------------------------------------------------
+
+
+def test_the_demo_flow_leaves_every_step_in_the_log_in_order(app, api, model, fresh):
+    message = 'Refund $60 on invoice 4471 and email customer 4471 saying "Your refund is on its way"'
+    created = api.as_("agent@acme.test").post("/api/conversations", json={"message": message}).json
+    conversation = db.session.get(Conversation, created["id"])
+    assert services().loop(db.session, conversation).complete() == "awaiting_approval"
+    waiting = api.as_("reviewer@acme.test").get("/api/approvals").json["approvals"]
+    assert {call["name"] for call in waiting} == {"issue_refund", "send_email"}
+    for call in sorted(waiting, key=lambda call: call["id"]):
+        decided = api.as_("reviewer@acme.test").post(f"/api/approvals/{call['id']}", json={"decision": "approve"})
+        assert decided.status_code == 200, decided.json
+    assert services().loop(db.session, db.session.get(Conversation, created["id"])).complete() == "completed"
+    db.session.remove()
+
+    events = list(reversed(walk(api, AUDITOR, conversation=str(created["id"]))))
+    assert [(e["action"], e["tool_name"], e["outcome"]) for e in events] == [
+        ("conversation_started", None, None),
+        ("model_call", None, "tool_use"),
+        ("tool_call_requested", "issue_refund", "awaiting_approval"),
+        ("approval_requested", "issue_refund", "awaiting_approval"),
+        ("tool_call_requested", "send_email", "awaiting_approval"),
+        ("approval_requested", "send_email", "awaiting_approval"),
+        ("approval_decided", "issue_refund", "approved"),
+        ("approval_decided", "send_email", "approved"),
+        ("tool_call_executed", "issue_refund", "succeeded"),
+        ("tool_call_executed", "send_email", "succeeded"),
+        ("model_call", None, "end_turn"),
+    ]
+    people = {e["action"]: e["actor_label"] for e in events}
+    assert people["conversation_started"] == "agent@acme.test"
+    assert people["approval_decided"] == "reviewer@acme.test"
+    assert people["model_call"] == "assistant"
+    assert people["tool_call_executed"] == "agent@acme.test"  # tools run as the person who asked
+    assert events[1]["data"]["input_tokens"] > 0 and events[1]["data"]["model"]
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+
+    page = as_page_user(app, AUDITOR).get(f"/audit/conversations/{created['id']}").get_data(as_text=True)
+    shown = re.findall(r'<tr id="audit-event-(\d+)"', page)
+    assert [int(i) for i in shown] == ids(events)  # the timeline runs oldest first
+    assert f'href="/conversations/{created["id"]}#tool-call-' in page
+    listing = as_page_user(app, AUDITOR).get("/audit").get_data(as_text=True)
+    assert f'href="/conversations/{created["id"]}"' in listing and "issue_refund" in listing
+    assert audit.verify(db.session).ok
+
+
+# --- filters and keyset pages -----------------------------------------------------------------
+
+
+def test_filters_and_keyset_pages_give_exactly_the_matching_events_newest_first(app, api, generated, acme, monkeypatch):
+    assert len(generated) == GENERATED
+    some = next(e for e in generated if e["action"] == "approval_decided" and e["outcome"] == "rejected")
+    reviewer = db.session.scalar(select(User).where(User.email == "reviewer@acme.test"))
+    middle = datetime.fromisoformat(generated[GENERATED // 2]["created_at"]).date()
+    db.session.remove()
+    cases = [
+        ({"action": "approval_decided"}, lambda e: e["action"] == "approval_decided"),
+        ({"tool": "issue_refund"}, lambda e: e["tool_name"] == "issue_refund"),
+        ({"outcome": "failed"}, lambda e: e["outcome"] == "failed"),
+        ({"person": "reviewer@acme.test"}, lambda e: e["actor_id"] == reviewer.id),
+        (
+            {"person": str(reviewer.id), "outcome": "rejected"},
+            lambda e: e["actor_id"] == reviewer.id and e["outcome"] == "rejected",
+        ),
+        (
+            {"person": "assistant", "action": "model_call"},
+            lambda e: e["actor_label"] == "assistant" and e["action"] == "model_call",
+        ),
+        ({"conversation": str(some["conversation_id"])}, lambda e: e["conversation_id"] == some["conversation_id"]),
+        ({"q": "chargeback"}, lambda e: "chargeback" in json.dumps(e["data"]).lower()),
+        (
+            {"q": "CHARGEBACK", "tool": "send_email"},
+            lambda e: "chargeback" in json.dumps(e["data"]).lower() and e["tool_name"] == "send_email",
+        ),
+        ({"from": middle.isoformat(), "to": middle.isoformat()}, lambda e: e["created_at"][:10] == middle.isoformat()),
+        (
+            {"to": middle.isoformat(), "action": "approval_requested"},
+            lambda e: e["created_at"][:10] <= middle.isoformat() and e["action"] == "approval_requested",
+        ),
+    ]
+    # A day of this set is a short period (read by time, then sorted); with SHORT_PERIOD at 1 every
+    # period is a long one (read by walking the ids): both must give the same pages.
+    for short_period in (audit_log.SHORT_PERIOD, 1):
+        monkeypatch.setattr(audit_log, "SHORT_PERIOD", short_period)
+        for params, matches in cases:
+            expected = [e for e in generated if matches(e)]
+            assert expected, params
+            assert ids(walk(api, AUDITOR, **params)) == ids(expected), (params, short_period)
+    monkeypatch.undo()
+    everything = walk(api, AUDITOR)
+    assert ids(everything) == ids(generated) and everything[0] == generated[0]
+
+    # The page: PAGE_SIZE newest, then "Older events" with a cursor, keeping the filters.
+    client = as_page_user(app, AUDITOR)
+    expected = [e for e in generated if e["action"] == "tool_call_executed"]
+    url = "/audit?action=tool_call_executed"
+    for page_number in range(3):
+        html = client.get(url).get_data(as_text=True)
+        shown = [int(i) for i in re.findall(r'<tr id="audit-event-(\d+)"', html)]
+        start = page_number * audit_log.PAGE_SIZE
+        assert shown == ids(expected[start : start + audit_log.PAGE_SIZE])
+        older = re.search(r'<a href="(/audit\?[^"]+)"\s+hx-get="[^"]+" hx-target="#audit-results"', html)
+        url = older.group(1).replace("&amp;", "&")
+        assert "action=tool_call_executed" in url and f"before={shown[-1]}" in url
+    deep = client.get(f"/audit?action=tool_call_executed&before={expected[-3]['id']}").get_data(as_text=True)
+    assert [int(i) for i in re.findall(r'<tr id="audit-event-(\d+)"', deep)] == ids(expected[-2:])
+    assert "Older events" not in deep
+
+
+def test_the_filter_form_updates_only_the_results_with_htmx_and_the_url_keeps_working(app, generated):
+    client = as_page_user(app, AUDITOR)
+    page = client.get("/audit?action=model_call").get_data(as_text=True)
+    assert 'hx-get="/audit" hx-target="#audit-results" hx-swap="outerHTML" hx-push-url="true"' in page
+    assert '<form method="get" action="/audit"' in page  # works without JavaScript too
+    fragment = client.get("/audit?action=model_call", headers={"HX-Request": "true"})
+    html = fragment.get_data(as_text=True)
+    assert html.lstrip().startswith('<section id="audit-results"') and "<html" not in html
+    assert "HX-Request" in fragment.headers["Vary"]
+    restored = client.get(
+        "/audit?action=model_call", headers={"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    )
+    assert "<html" in restored.get_data(as_text=True)
+    for url in ("/audit", "/audit/dashboard", f"/audit/conversations/{generated[0]['conversation_id']}"):
+        html = client.get(url).get_data(as_text=True)
+        assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), url
+        assert " style=" not in html and "<style" not in html, url
+        assert not re.search(r"\son[a-z]+=", html), url
+
+
+def test_searching_arguments_and_reasons_finds_quotes_and_accents_on_every_database(app, api, fresh, acme):
+    reviewer = db.session.scalar(select(User).where(User.email == "reviewer@acme.test"))
+    reason = 'Kunde sagt "nein" – café 50%_off'
+    audit.record(
+        db.session, "approval_decided", tenant_id=acme, actor=reviewer, outcome="rejected", data={"reason": reason}
+    )
+    audit.record(
+        db.session, "approval_decided", tenant_id=acme, actor=reviewer, outcome="rejected", data={"reason": "x"}
+    )
+    db.session.commit()
+    for text in ('"nein"', "café", "CAFÉ" if db.engine.dialect.name == "postgresql" else "Café", "50%_off", "sagt"):
+        found = walk(api, AUDITOR, q=text)
+        assert [e["data"]["reason"] for e in found] == [reason], text
+    assert walk(api, AUDITOR, q="50%_of_") == []  # % and _ are literal
+
+
+# --- exports ----------------------------------------------------------------------------------
+
+
+def verify_outside_the_app(records: list[dict]) -> None:
+    """What an auditor would do with an export: every hash matches its fields, and the chain links."""
+    for fields in records:
+        assert audit.event_hash(fields) == fields["hash"], fields["id"]
+    ordered = sorted(records, key=lambda fields: fields["seq"])
+    assert [f["seq"] for f in ordered] == list(range(1, len(ordered) + 1))
+    assert ordered[0]["prev_hash"] == audit.GENESIS
+    for before, after in zip(ordered, ordered[1:], strict=False):
+        assert after["prev_hash"] == before["hash"], after["seq"]
+
+
+def test_exports_stream_every_field_and_verify_outside_the_app(app, generated, monkeypatch):
+    monkeypatch.setattr(audit_log, "EXPORT_BATCH", 1500)  # many batches, each on its own connection
+    client = as_page_user(app, AUDITOR)
+    response = client.get("/audit/export.csv")
+    assert response.status_code == 200 and response.is_streamed
+    assert response.mimetype == "text/csv" and "attachment" in response.headers["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
+    assert tuple(rows[0]) == audit_log.EXPORT_FIELDS
+    from_csv = [audit_log.record_from_csv(row) for row in rows]
+    assert [f["id"] for f in from_csv] == sorted(ids(generated))
+    verify_outside_the_app(from_csv)
+
+    response = client.get("/audit/export.jsonl")
+    assert response.status_code == 200 and response.is_streamed
+    from_jsonl = [json.loads(line) for line in response.get_data(as_text=True).splitlines()]
+    assert from_jsonl == list(reversed(generated))
+    verify_outside_the_app(from_jsonl)
+
+    filtered = client.get("/audit/export.jsonl?action=approval_decided&outcome=rejected").get_data(as_text=True)
+    picked = [json.loads(line) for line in filtered.splitlines()]
+    assert ids(picked) == sorted(
+        e["id"] for e in generated if e["action"] == "approval_decided" and e["outcome"] == "rejected"
+    )
+    assert all(audit.event_hash(fields) == fields["hash"] for fields in picked)
+
+
+def test_an_export_holds_one_batch_in_memory_whatever_the_size_of_the_log(app, generated, acme):
+    everything = audit_log.Selection([AuditEvent.tenant_id == acme], AuditEvent.id)
+    db.session.remove()
+
+    def peak_memory(batches: int | None) -> tuple[int, int]:
+        tracemalloc.start()
+        try:
+            chunks = audit_log.jsonl_chunks(audit_log.ascending(db.engine, everything, batch_size=1000))
+            size = sum(len(chunk) for chunk in itertools.islice(chunks, batches))
+            return tracemalloc.get_traced_memory()[1], size
+        finally:
+            tracemalloc.stop()
+
+    peak_memory(1)  # compiled statements and pools are cached from here on
+    small_peak, small = peak_memory(4)
+    whole_peak, whole = peak_memory(None)
+    assert whole == sum(len(json.dumps(e)) + 1 for e in generated) and whole > 4 * small
+    assert whole_peak < 1.5 * small_peak, f"{whole_peak:,} bytes for {whole:,}; {small_peak:,} for {small:,}"
+
+
+# --- the dashboard ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_case(app, fresh, acme):
+    """A few events at chosen times: two conversations, four model calls, three decisions, five runs."""
+    agent = db.session.scalar(select(User).where(User.email == "agent@acme.test"))
+    admin = db.session.scalar(select(User).where(User.email == "admin@acme.test"))
+    reviewer = db.session.scalar(select(User).where(User.email == "reviewer@acme.test"))
+    ours = Conversation(tenant_id=acme, user_id=agent.id, title="small case")
+    theirs = Conversation(tenant_id=acme, user_id=admin.id, title="small case 2")
+    db.session.add_all([ours, theirs])
+    db.session.commit()
+    today = datetime.now(UTC).replace(hour=0, minute=1, second=0, microsecond=0)
+    yesterday = today - timedelta(days=1)
+
+    def at(moment, action, **fields):
+        stamp = audit.utcnow
+        audit.utcnow = lambda: moment  # record() stamps the event with it
+        try:
+            audit.record(db.session, action, tenant_id=acme, **fields)
+        finally:
+            audit.utcnow = stamp
+        db.session.commit()
+
+    def usage(model, input_tokens, output_tokens, cache_write=0, cache_read=0):
+        return {
+            "model": model,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": cache_write,
+            "cache_read_input_tokens": cache_read,
+            "latency_ms": 10.0,
+            "request_id": "req_1",
+        }
+
+    # Yesterday: a Sonnet call asks for two tools (shared half and half), then answers.
+    at(
+        yesterday,
+        "model_call",
+        conversation_id=ours.id,
+        outcome="tool_use",
+        data=usage("claude-sonnet-5", 1000, 100, 0, 2000),
+    )
+    at(yesterday, "tool_call_requested", conversation_id=ours.id, tool_call_id=1, tool_name="lookup_customer")
+    at(yesterday, "tool_call_requested", conversation_id=ours.id, tool_call_id=2, tool_name="issue_refund")
+    at(
+        yesterday + timedelta(minutes=1),
+        "model_call",
+        conversation_id=ours.id,
+        outcome="end_turn",
+        data=usage("claude-opus-5", 500, 50),
+    )
+    # Today: the admin's conversation: a Haiku call asking for one tool, and an unknown model.
+    at(today, "model_call", conversation_id=theirs.id, outcome="tool_use", data=usage("claude-haiku-5", 2000, 400, 800))
+    at(today, "tool_call_requested", conversation_id=theirs.id, tool_call_id=3, tool_name="issue_refund")
+    at(today, "model_call", conversation_id=theirs.id, outcome="end_turn", data=usage("mystery-1", 10, 10))
+    # Decisions: approved after 60 s, rejected after 180 s (asked yesterday), expired after an hour.
+    for call, asked in ((11, today), (12, today - timedelta(seconds=120)), (13, today)):
+        at(asked, "approval_requested", tool_call_id=call, tool_name="issue_refund", outcome="awaiting_approval")
+    at(today + timedelta(seconds=30), "approval_decided", actor=reviewer, tool_call_id=11, outcome="awaiting_approval")
+    at(today + timedelta(seconds=60), "approval_decided", actor=reviewer, tool_call_id=11, outcome="approved")
+    at(today + timedelta(seconds=60), "approval_decided", actor=reviewer, tool_call_id=12, outcome="rejected")
+    at(today + timedelta(hours=1), "approval_expired", tool_call_id=13, outcome="expired")
+    # Runs: lookup_customer fails once in four, issue_refund never.
+    for outcome in ("succeeded", "failed", "succeeded", "succeeded"):
+        at(today, "tool_call_executed", actor=agent, tool_call_id=1, tool_name="lookup_customer", outcome=outcome)
+    at(today, "tool_call_executed", actor=agent, tool_call_id=2, tool_name="issue_refund", outcome="succeeded")
+    db.session.remove()
+    return {"today": today.date(), "yesterday": yesterday.date(), "agent": agent.email, "admin": admin.email}
+
+
+def test_the_dashboard_figures_match_a_hand_computed_case(app, acme, small_case):
+    today, yesterday = small_case["today"], small_case["yesterday"]
+    board = costs.dashboard(db.engine, acme, today - timedelta(days=29), today)
+    # USD per million tokens: Sonnet 3 in, 15 out, 0.30 cache read; Opus 5/25; Haiku 1/5, 1.25 cache write.
+    sonnet = Decimal("0.003") + Decimal("0.0015") + Decimal("0.0006")
+    opus = Decimal("0.0025") + Decimal("0.00125")
+    haiku = Decimal("0.002") + Decimal("0.002") + Decimal("0.001")
+    assert board.usage_by_day[yesterday].cost == sonnet + opus
+    assert board.usage_by_day[yesterday].model_calls == 2
+    assert board.usage_by_day[today].cost == haiku  # the unknown model costs 0 ...
+    assert board.usage_by_day[today].model_calls == 2
+    assert board.unpriced_models == {"mystery-1"}  # ... and is flagged
+    assert board.usage_total.input_tokens == 1000 + 500 + 2000 + 10
+    assert board.usage_total.cache_read_tokens == 2000 and board.usage_total.cache_write_tokens == 800
+    assert sum(board.usage_by_day[day].cost for day in board.days) == sonnet + opus + haiku
+    assert {person: usage.cost for person, usage in board.usage_by_person.items()} == {
+        small_case["agent"]: sonnet + opus,
+        small_case["admin"]: haiku,
+    }
+    by_tool = board.usage_by_tool
+    assert by_tool["lookup_customer"].cost == sonnet / 2
+    assert by_tool["issue_refund"].cost == sonnet / 2 + haiku
+    assert by_tool["lookup_customer"].input_tokens == 500 and by_tool["issue_refund"].model_calls == Decimal("1.5")
+    assert by_tool[costs.NO_TOOL].cost == opus and by_tool[costs.NO_TOOL].model_calls == 2
+
+    approvals = board.approvals_total
+    assert (approvals.requested, approvals.approved, approvals.rejected, approvals.expired) == (3, 1, 1, 1)
+    assert sorted(approvals.latencies) == [60.0, 180.0, 3600.0]
+    assert approvals.median == 180.0 and approvals.p95 == 3600.0
+    assert approvals.share("approved") == approvals.share("rejected") == approvals.share("expired") == 1 / 3
+    assert board.approvals_by_day[yesterday].requested == 1 and board.approvals_by_day[today].decided == 3
+    assert board.tools["lookup_customer"].error_rate == 0.25 and board.tools["issue_refund"].error_rate == 0
+
+    only_today = costs.dashboard(db.engine, acme, today, today)
+    assert only_today.usage_total.cost == haiku
+    assert only_today.approvals_total.requested == 2  # the one asked yesterday is outside the range ...
+    assert sorted(only_today.approvals_total.latencies) == [60.0, 180.0, 3600.0]  # ... but its latency counts
+
+    cheap = costs.prices_from_env({"MODEL_PRICES": '{"mystery": {"input": 1000000, "output": 0}}'})
+    assert costs.dashboard(db.engine, acme, today, today, cheap).usage_total.cost == haiku + 10
+
+
+def test_the_dashboard_page_shows_the_numbers_beside_charts_drawn_on_the_server(app, small_case):
+    client = as_page_user(app, AUDITOR)
+    page = client.get("/audit/dashboard")
+    html = page.get_data(as_text=True)
+    assert page.status_code == 200
+    assert "$0.0050" in html and "$0.0038" in html  # Haiku today, for the admin; Opus's answer, no tool
+    assert "No price for mystery-1" in html
+    assert "33.3 %" in html and "180.0 s" in html and "3,600.0 s" in html and "25.0 %" in html
+    charts = re.findall(r'<img src="(/audit/dashboard/chart\.svg\?[^"]+)"', html)
+    assert len(charts) == len(audit_log.CHARTS)
+    for url in charts:
+        chart = client.get(url.replace("&amp;", "&"))
+        svg = chart.get_data(as_text=True)
+        assert chart.status_code == 200 and chart.mimetype == "image/svg+xml"
+        assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "<script" not in svg
+        assert "default-src 'none'" in chart.headers["Content-Security-Policy"]
+    assert client.get("/audit/dashboard/chart.svg?name=nope").status_code == 404
+    old = client.get("/audit/dashboard?from=2020-01-01&to=2020-01-31", headers={"HX-Request": "true"})
+    assert old.get_data(as_text=True).lstrip().startswith('<div id="audit-dashboard"')
+    assert "No model calls in this range." in old.get_data(as_text=True)
+
+
+# --- prices -----------------------------------------------------------------------------------
+
+
+def test_prices_go_by_family_or_prefix_and_the_environment_overrides_them():
+    defaults = costs.PriceTable()
+    assert (
+        defaults.lookup("claude-sonnet-5")
+        == defaults.lookup("claude-3-7-sonnet-latest")
+        == costs.DEFAULT_PRICES["sonnet"]
+    )
+    assert defaults.lookup("claude-opus-4-1-20250805").input == 15
+    assert defaults.lookup("claude-haiku-4-5").input == 1 and defaults.lookup("gpt-9") is None
+    usage = {"model": "claude-sonnet-5", "input_tokens": 1_000_000, "output_tokens": 1_000_000}
+    assert costs.cost(usage) == Decimal(18)
+    assert costs.cost({**usage, "model": "gpt-9"}) == 0
+
+    overrides = {
+        "claude-sonnet-5": {"input": 2, "output": 10},
+        "opus": {"input": 1, "output": 2, "cache_write": 3, "cache_read": 4},
+    }
+    table = costs.prices_from_env({"MODEL_PRICES": json.dumps(overrides)})
+    assert table.lookup("claude-sonnet-5-20270101") == costs.Price(
+        Decimal(2), Decimal(10), Decimal("2.50"), Decimal("0.2")
+    )
+    assert table.lookup("claude-opus-4-1").cache_read == 4  # an entry of MODEL_PRICES wins over a built-in one
+    assert table.lookup("claude-sonnet-4") == costs.DEFAULT_PRICES["sonnet"]
+    assert costs.cost(usage, table) == Decimal(12)
+    assert costs.prices_from_env({}) == costs.PriceTable()
+    for raw, words in (
+        ("{nope", "not valid JSON"),
+        ("[1]", "JSON object"),
+        ('{"x": {"input": 1}}', '"input" and "output"'),
+        ('{"x": {"input": -1, "output": 1}}', "zero or more"),
+        ('{"x": {"input": "abc", "output": 1}}', "must be a number"),
+        ('{"x": {"input": 1, "output": 1, "cache": 1}}', "unknown keys"),
+    ):
+        with pytest.raises(costs.PriceError, match=re.escape(words)):
+            costs.prices_from_env({"MODEL_PRICES": raw})
+
+
+def test_a_bad_model_prices_setting_stops_the_app_at_boot_with_a_sentence(env, monkeypatch):
+    from webapp import create_app
+    from webapp.config import Config
+
+    monkeypatch.setenv("MODEL_PRICES", "{not json")
+    with pytest.raises(SystemExit, match="MODEL_PRICES is not valid JSON"):
+        create_app(Config.from_env(env))
+
+
+# --- tenants, bad input, the command line -----------------------------------------------------
+
+
+def test_auditors_of_another_tenant_see_nothing_of_acme(app, api, cli, generated):
+    from webapp.accounts import create_user, get_or_create_tenant
+
+    email = f"auditor-{uuid.uuid4().hex[:8]}@globex.test"
+    create_user(db.session, email, "demo-password", ["auditor"], get_or_create_tenant(db.session, "globex"))
+    db.session.commit()
+    db.session.remove()
+    acme_conversation = next(e["conversation_id"] for e in generated if e["conversation_id"])
+    client = as_page_user(app, email)
+    listing = client.get("/audit").get_data(as_text=True)
+    assert "acme.test" not in listing and "audit-event-" not in listing
+    assert client.get(f"/audit/conversations/{acme_conversation}").status_code == 404
+    assert client.get(f"/audit?conversation={acme_conversation}").get_data(as_text=True).count("audit-event-") == 0
+    assert "acme" not in client.get("/audit/export.jsonl").get_data(as_text=True)
+    assert client.get("/audit/export.csv").get_data(as_text=True).strip() == ",".join(audit_log.EXPORT_FIELDS)
+    dashboard = client.get("/audit/dashboard").get_data(as_text=True)
+    assert "acme.test" not in dashboard and "0 model calls" in dashboard
+    assert walk(api, email) == []
+    assert walk(api, email, person="agent@acme.test") == []
+    assert api.as_("agent@acme.test").get("/api/audit").status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("from=2026-13-40", "“From” must be a date"),
+        ("to=yesterday", "“To” must be a date"),
+        ("from=2026-02-01&to=2026-01-01", "is after “To”"),
+        ("conversation=abc", "The conversation is a number"),
+        ("conversation=99999999999999999999", "The conversation is a number"),
+        ("q=" + "x" * 201, "at most 200 characters"),
+        ("person=" + "p" * 300, "at most 254 characters"),
+        ("action=" + "a" * 65, "at most 64 characters"),
+        ("before=12abc", "event number"),
+    ],
+)
+def test_bad_filters_get_a_message_not_a_500(app, api, query, words):
+    client = as_page_user(app, AUDITOR)
+    exports = [] if query.startswith("before=") else [f"/audit/export.csv?{query}"]  # exports have no cursor
+    for url in (f"/audit?{query}", *exports):
+        response = client.get(url)
+        assert response.status_code == 422, url
+        assert words in response.get_data(as_text=True), url
+    api_query = query.replace("before=", "cursor=")
+    reply = api.as_(AUDITOR).get(f"/api/audit?{api_query}")
+    assert reply.status_code == 422
+    assert reply.json["error"] == "invalid_filter" and words.replace("before", "cursor") in reply.json["message"]
+
+
+def test_bad_api_limits_and_dashboard_ranges_get_a_message(app, api):
+    for limit in ("0", "501", "ten"):
+        reply = api.as_(AUDITOR).get(f"/api/audit?limit={limit}")
+        assert reply.status_code == 422 and "limit" in reply.json["message"]
+    client = as_page_user(app, AUDITOR)
+    for query, words in (
+        ("from=someday", "“From” must be a date"),
+        ("from=2020-01-01&to=2026-01-01", "at most 366 days"),
+    ):
+        page = client.get(f"/audit/dashboard?{query}")
+        assert page.status_code == 200 and words in page.get_data(as_text=True)
+
+
+def test_the_generate_command_appends_valid_events_and_names_a_missing_tenant(app, cli, fresh):
+    result = cli("audit", "generate", "2500", "--tenant", "globex")
+    assert result.exit_code == 0, result.output
+    assert "Generated 2,500 events on the chain of globex" in result.output
+    again = cli("audit", "generate", "300", "--tenant", "globex")  # appends to the same chain
+    assert again.exit_code == 0, again.output
+    assert "Audit log intact: 2800 events in 1 chains." in cli("audit", "verify").output
+    missing = cli("audit", "generate", "10", "--tenant", "nowhere")
+    assert missing.exit_code == 2 and "No tenant 'nowhere'" in missing.output
+    assert cli("audit", "generate", "0").exit_code == 2
