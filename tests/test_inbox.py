@@ -200,3 +200,19 @@ def test_admins_change_a_policy_on_its_page_and_new_calls_follow_it(app, api, mo
     changed = db.session.scalar(select(AuditEvent).where(AuditEvent.action == "policy_changed"))
     assert changed.data["before"]["version"] == 0 and changed.data["after"]["version"] == 1
     assert session_as(app, "reviewer@acme.test").get("/admin/policies").status_code == 403
+
+
+def test_htmx_gets_the_same_fragment_the_full_page_includes(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 9000))
+    agent = session_as(app, "agent@acme.test")
+    page = agent.get(f"/conversations/{call.conversation_id}").get_data(as_text=True)
+    fragment = agent.get(f"/conversations/{call.conversation_id}", headers={"HX-Request": "true"}).get_data(
+        as_text=True
+    )
+    assert fragment.lstrip().startswith('<section id="conversation"') and "<html" not in fragment
+    assert fragment.strip() in page  # one rendering path: the page embeds exactly this fragment
+    # while something is still moving, the fragment also polls, in case live updates are unavailable
+    assert "every 10s" in fragment
+    reviewer = session_as(app, "reviewer@acme.test")
+    panel = reviewer.get(f"/approvals/{call.id}/panel").get_data(as_text=True)
+    assert panel.lstrip().startswith('<section class="panel decision" id="decision-panel"')
