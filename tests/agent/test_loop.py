@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from sqlalchemy import func, select
 
@@ -342,3 +344,17 @@ def test_a_busy_conversation_refuses_a_new_message_and_says_why(session, new_loo
     with pytest.raises(ConversationBusy, match="waiting for a person"):
         loop.ask_later("again")
     assert session.scalar(select(func.count(Message.id)).where(Message.conversation_id == loop.conversation.id)) == 2
+
+
+def test_a_stop_between_two_words_keeps_no_trailing_whitespace(session, new_loop, model):
+    gate = threading.Event()  # the stream stops after "Refunds take five " until the stop is in
+    model.enqueue(Reply.held(gate, message=reply(text("Refunds take five days now ")), after=4))
+    threading.Timer(1.0, gate.set).start()
+    loop = new_loop(should_stop=lambda: True)
+    loop.ask_later("tell me")
+    assert loop.complete() == "cancelled"
+    for message in transcript(loop):
+        for block in message["content"]:
+            if block["type"] == "text":
+                assert block["text"] == block["text"].rstrip() and block["text"]
+    assert validate_request({"model": "m", "max_tokens": 1, "messages": transcript(loop)}) == []

@@ -154,7 +154,9 @@ def _cancelled(stream, started: float) -> ModelReply:
     snapshot = stream._current_snapshot_or_none()  # None when the stop came before the first event
     if snapshot is None:
         return ModelReply([], "cancelled", "", {}, _request_id(stream), _ms(started))
-    text = [b for b in _blocks(snapshot.content) if b["type"] == "text" and b["text"]]
+    text = [b for b in _blocks(snapshot.content) if b["type"] == "text" and b["text"].strip()]
+    if text:  # the API refuses an assistant turn that ends in whitespace, and a stop can fall between words
+        text[-1] = {**text[-1], "text": text[-1]["text"].rstrip()}
     return ModelReply(text, "cancelled", snapshot.model, _usage(snapshot.usage), _request_id(stream), _ms(started))
 
 
