@@ -22,6 +22,8 @@ from webapp.models import User
         ("MODEL_TIMEOUT_SECONDS", "soon", "MODEL_TIMEOUT_SECONDS must be a number of seconds"),
         ("MOVE_RETRY_INTERVALS", "5,x", "MOVE_RETRY_INTERVALS must be comma-separated seconds"),
         ("DATABASE_URL", "mysql://db/x", "DATABASE_URL must be a sqlite:/// path or a postgresql:// URL"),
+        ("EXTRA_TOOLS", "tests.task_tools", "EXTRA_TOOLS entries are package.module:ToolClass"),
+        ("EXPORT_STEP_SECONDS", "-1", "EXPORT_STEP_SECONDS must be at least 0"),
     ],
 )
 def test_a_bad_setting_fails_at_boot_naming_the_variable(tmp_path, name, value, says):
@@ -51,6 +53,29 @@ def test_the_cli_reports_a_bad_setting_in_one_sentence(tmp_path):
     assert result.returncode != 0
     assert "Configuration error: MOVE_BUDGET must be a whole number" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ("tests.no_such_module:Tool", "EXTRA_TOOLS: cannot import 'tests.no_such_module'"),
+        ("tests.task_tools:Nothing", "EXTRA_TOOLS: 'tests.task_tools:Nothing' is not a Tool class"),
+        ("webapp.tools.billing:SendEmail", "EXTRA_TOOLS: tool 'send_email' is registered twice"),
+    ],
+)
+def test_extra_tools_that_cannot_load_stop_the_app_with_a_sentence(tmp_path, entry, says):
+    from webapp import create_app
+
+    with pytest.raises(SystemExit, match=re.escape(says)):
+        create_app(Config.from_env({"INSTANCE_PATH": str(tmp_path), "EXTRA_TOOLS": entry}))
+
+
+def test_extra_tools_join_the_billing_tools(tmp_path):
+    from webapp import create_app
+
+    app = create_app(Config.from_env({"INSTANCE_PATH": str(tmp_path), "EXTRA_TOOLS": "tests.task_tools:Countdown"}))
+    tools = app.extensions["desk"].tools
+    assert tools.names()[-1] == "countdown" and "export_customer_data" in tools.names()
 
 
 def test_create_user_and_create_token(app, cli):
@@ -156,3 +181,28 @@ def test_seed_demo_is_idempotent_and_prints_the_logins(cli, read):
     printed = set(re.findall(r"^\s+(\S+@\S+)", first.output, re.MULTILINE))
     assert len(printed) == 7
     assert read(lambda s: s.scalar(select(func.count(User.id)).where(User.email.in_(printed)))) == 7
+
+
+def test_outbox_shows_the_newest_emails_with_their_bodies(cli, session):
+    from webapp.models import Customer, OutgoingEmail, User
+
+    agent = session.scalar(select(User).where(User.email == "agent@acme.test"))
+    customer = session.get(Customer, 4471)
+    for n in (1, 2):
+        session.add(
+            OutgoingEmail(
+                tenant_id=agent.tenant_id,
+                customer_id=customer.id,
+                to_address=customer.email,
+                subject=f"Code {n}",
+                body=f"Hello,\nYour verification code is 00000{n}.",
+                idempotency_key=f"outbox-test-{n}",
+                created_by_id=agent.id,
+            )
+        )
+    session.commit()
+    result = cli("outbox", "--last", "1")
+    assert result.exit_code == 0, result.output
+    assert "Code 2" in result.output and "Your verification code is 000002." in result.output
+    assert "Code 1" not in result.output
+    assert cli("outbox", "--last", "0").exit_code == 2  # out of range: a usage error, not a crash

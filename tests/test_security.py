@@ -38,21 +38,27 @@ EXPECTED = {
     "chat.post_message": {"agent"},
     "chat.cancel": STEERING,
     "chat.retry": STEERING,
+    "chat.give_input": STEERING,
     "chat.extend_budget": {"reviewer", "admin"},
     "api.create_conversation": {"agent"},
     "api.post_message": {"agent"},
     "api.get_conversation": EVERYONE,
     "api.cancel_conversation": STEERING,
     "api.retry_conversation": STEERING,
+    "api.give_input": STEERING,
     "api.extend_budget": {"reviewer", "admin"},
     "api.list_approvals": {"reviewer"},
     "api.decide_approval": {"reviewer"},
+    "metrics.metrics": {"admin"},  # or Prometheus with the METRICS_TOKEN (tests/test_metrics.py)
 }
+# Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
+TOKEN_PAGES = {"metrics.metrics"}
 PREFIX_EXPECTED = {
     "admin.": {"admin"},
     "inbox.": {"reviewer"},
     "live.": EVERYONE,
     "audit.": {"auditor", "admin"},
+    "ops.": {"admin"},
     "api.audit_events": {"auditor", "admin"},
 }
 
@@ -154,7 +160,7 @@ def test_every_route_with_every_role_allows_exactly_whom_it_should(app, api, sam
         if wanted == "public":  # (a failed sign-in answers 401, which is not a refusal of the page)
             assert anonymous.status_code != 403 and "/login?" not in (anonymous.location or ""), url
             continue
-        if is_api:
+        if is_api or rule.endpoint in TOKEN_PAGES:
             assert anonymous.status_code == 401, f"{method} {url} signed out: {anonymous.status_code}"
         else:
             assert anonymous.status_code == 302 and "/login?next" in anonymous.location, f"{method} {url} signed out"

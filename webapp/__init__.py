@@ -7,7 +7,7 @@ from pathlib import Path
 from flask import Flask
 from htmx_flask import Htmx
 
-from webapp import audit, security
+from webapp import audit, logs, security
 from webapp.config import Config, ConfigError
 from webapp.database import engine_options, prepare_engine
 from webapp.extensions import db, migrate
@@ -41,14 +41,21 @@ def create_app(config: Config | None = None) -> Flask:
     db.init_app(app)
     migrate.init_app(app, db, directory=str(Path(__file__).parent / "migrations"))
     Htmx(app)
+    logs.configure(config)  # JSON lines (LOG_FORMAT) with the ids of what each line is about
+    logs.init_app(app)
     security.init_app(app, config)
     audit.install()
     with app.app_context():
         prepare_engine(db.engine)
 
-    from webapp.tools.billing import demo_registry
+    from webapp.tools.billing import demo_tools
+    from webapp.tools.registry import ToolRegistry, load_tool
 
-    app.extensions["desk"] = Services(config=config, dispatcher=Dispatcher(config), tools=demo_registry())
+    try:
+        tools = ToolRegistry([*demo_tools(), *(load_tool(entry) for entry in config.extra_tools)])
+    except ValueError as exc:
+        raise SystemExit(f"Configuration error: EXTRA_TOOLS: {exc}") from None
+    app.extensions["desk"] = Services(config=config, dispatcher=Dispatcher(config), tools=tools)
 
     from webapp import admin, api, audit_log, auth, chat, cli, errors, health, inbox, live, pages, rendering
     from webapp.navigation import nav_items
@@ -63,6 +70,10 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(inbox.bp)
     app.register_blueprint(live.bp)
     app.register_blueprint(audit_log.bp)
+    from webapp import metrics, ops
+
+    metrics.init_app(app)
+    app.register_blueprint(ops.bp)
     rendering.register(app)
     app.context_processor(lambda: {"nav_items": nav_items()})
     cli.register(app)

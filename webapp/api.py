@@ -8,11 +8,13 @@ from werkzeug.exceptions import HTTPException
 
 from webapp import approvals, audit_log, conversations
 from webapp.agent.decisions import arguments_hash
+from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
 from webapp.errors import Refused, json_error
 from webapp.extensions import db
 from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
 from webapp.security import api_roles
+from webapp.tools.tasks import INPUT_REQUIRED
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
@@ -145,6 +147,17 @@ def decide_approval(tool_call_id: int):
     return jsonify(serialize_call(call))
 
 
+# --- tasks --------------------------------------------------------------------------------------
+
+
+@bp.post("/tool-calls/<int:tool_call_id>/input")
+@api_roles("agent", "reviewer", "admin")
+def give_input(tool_call_id: int):
+    text = json_body().get("input")
+    call = conversations.give_input(db.session, g.user, tool_call_id, text)
+    return jsonify(serialize_call(call)), 202
+
+
 # --- audit log ----------------------------------------------------------------------------------
 
 
@@ -172,7 +185,34 @@ def serialize_call(call: ToolCall) -> dict:
         "decided_by": call.decided_by.email if call.decided_by else None,
         "decided_at": call.decided_at.isoformat() if call.decided_at else None,
         "decision_reason": call.decision_reason,
+        "task": serialize_task(call),
         "created_at": call.created_at.isoformat(),
+    }
+
+
+def serialize_task(call: ToolCall) -> dict | None:
+    """The call's task as people may see it (the tool's own data stays private)."""
+    task = call.task
+    if not task:
+        return None
+    waiting_for_input = call.status == CallStatus.AWAITING_TASK and task.get("status") == INPUT_REQUIRED
+    return {
+        "tool_call_id": call.id,
+        "tool": call.name,
+        "status": task.get("status"),
+        "message": task.get("message"),
+        "progress": task.get("progress"),
+        "input_required": (
+            {
+                "prompt": task.get("input_prompt") or "Input",
+                "pending": call.task_input is not None,
+                "url": f"/api/tool-calls/{call.id}/input",
+            }
+            if waiting_for_input
+            else None
+        ),
+        "last_progress_at": call.task_progress_at.isoformat() if call.task_progress_at else None,
+        "next_check_at": call.task_due_at.isoformat() if call.task_due_at else None,
     }
 
 
@@ -180,7 +220,7 @@ def serialize_conversation(conversation: Conversation) -> dict:
     rows = db.session.scalars(select(Message).where(Message.conversation_id == conversation.id).order_by(Message.seq))
     calls = db.session.scalars(
         select(ToolCall).where(ToolCall.conversation_id == conversation.id).order_by(ToolCall.id)
-    )
+    ).all()
     usage = db.session.execute(
         select(
             func.coalesce(func.sum(ModelCall.input_tokens), 0),
@@ -205,6 +245,7 @@ def serialize_conversation(conversation: Conversation) -> dict:
         "move_budget": conversation.move_budget,
         "messages": api_messages(rows),
         "tool_calls": [serialize_call(call) for call in calls],
+        "tasks": [serialize_task(call) for call in calls if call.status == CallStatus.AWAITING_TASK],
         "usage": {
             "input_tokens": int(usage[0]),
             "output_tokens": int(usage[1]),

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from webapp import audit
 from webapp.agent import decisions
 from webapp.agent.states import CallStatus
+from webapp.conversations import enqueue_after_commit
 from webapp.errors import Refused
 from webapp.extensions import db
 from webapp.models import ToolCall, User
@@ -101,6 +102,6 @@ def decide(
     )
     session.commit()
     if version is not None:
-        services().dispatcher.enqueue_move(call.conversation_id, version)
+        enqueue_after_commit(call.conversation_id, version)
     services().dispatcher.changed(call.tenant_id, call.conversation_id)
     return call

@@ -85,6 +85,7 @@ def _render_conversation(conversation: Conversation, status: int = 200):
         "stopped_by": db.session.get(User, conversation.cancel_requested_by_id)
         if conversation.cancel_requested_by_id
         else None,
+        "task_forms": True,
     }
     template = "chat/_conversation.html" if request.headers.get("HX-Request") else "chat/show.html"
     return render_template(template, **context), status
@@ -191,6 +192,20 @@ def extend_budget(conversation_id: int):
     except Refused as exc:
         return _refused_here(conversation, exc)
     flash(f"Budget extended to {conversation.move_budget} moves.", "info")
+    return _after_action(conversation)
+
+
+@bp.post("/<int:conversation_id>/tool-calls/<int:tool_call_id>/input")
+@roles_required("agent", "reviewer", "admin")
+def give_input(conversation_id: int, tool_call_id: int):
+    conversation = _conversation(conversation_id)
+    if db.session.scalar(select(ToolCall.conversation_id).where(ToolCall.id == tool_call_id)) != conversation.id:
+        abort(404, description=f"No tool call {tool_call_id} in this conversation.")
+    try:
+        conversations.give_input(db.session, current_user, tool_call_id, request.form.get("input", ""))
+    except Refused as exc:
+        return _refused_here(conversation, exc)
+    flash("Sent; the tool is checking it.", "info")
     return _after_action(conversation)
 
 

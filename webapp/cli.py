@@ -64,6 +64,20 @@ def register(app: Flask) -> None:
         click.echo(f"API token for {user.email} (shown once, store it now):")
         click.echo(token)
 
+    @app.cli.command("outbox")
+    @click.option("--last", default=5, type=click.IntRange(1, 100), help="How many emails, newest first.")
+    def outbox_command(last):
+        """Show the newest emails the tools sent (the demo sends no real mail: a verification code the
+        customer would read out is here)."""
+        from webapp.models import OutgoingEmail
+
+        emails = db.session.scalars(select(OutgoingEmail).order_by(OutgoingEmail.id.desc()).limit(last)).all()
+        if not emails:
+            click.echo("No emails sent yet.")
+        for email in emails:
+            click.echo(f"#{email.id} {email.created_at:%Y-%m-%d %H:%M} to {email.to_address}: {email.subject}")
+            click.echo("    " + email.body.replace("\n", "\n    "))
+
     @app.cli.command("worker")
     @click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
     @click.option("--name", default=None, help="Worker name (default: RQ's).")
@@ -111,6 +125,59 @@ def register(app: Flask) -> None:
         click.echo(f"Generated {count:,} events on the chain of {slug} in {elapsed:.1f} s ({count / elapsed:,.0f}/s).")
 
     app.cli.add_command(audit_group)
+
+    desk_group = AppGroup("desk", help="Running the desk in production.")
+
+    @desk_group.command("scheduler")
+    @click.option("--once", is_flag=True, help="Enqueue the retries that are due and one sweep, then exit.")
+    def scheduler_command(once: bool) -> None:
+        """Run RQ's scheduler for the moves queue (retries after their backoff) and the sweep ticker,
+        without working jobs. One per fleet is enough; more are harmless (RQ's scheduler takes a lock,
+        the sweep job's id is unique per interval)."""
+        import threading
+        import time
+
+        import redis
+        from rq.scheduler import RQScheduler
+
+        from webapp.services import services
+        from webapp.worker import start_sweep_ticker
+
+        desk = services()
+        queue = desk.dispatcher.queue
+        try:
+            desk.dispatcher.redis.ping()
+            scheduler = RQScheduler([queue], connection=desk.dispatcher.redis, interval=1, logging_level="WARNING")
+            if once:
+                scheduler.acquire_locks()
+                due = 0
+                if scheduler.acquired_locks:
+                    due = len(queue.scheduled_job_registry.get_jobs_to_schedule(int(time.time())))
+                    try:
+                        scheduler.register_birth()
+                        scheduler.enqueue_scheduled_jobs()
+                    finally:
+                        scheduler.release_locks()
+                        scheduler.register_death()
+                    message = f"Enqueued {due} due job(s)"
+                else:
+                    message = "Another scheduler holds the lock of this queue; it enqueues the due jobs"
+                desk.dispatcher.enqueue_sweep(int(time.time() // desk.config.sweep_interval_seconds))
+                click.echo(f"{message}, and a sweep.")
+                return
+        except (redis.RedisError, OSError) as exc:
+            raise click.ClickException(f"Redis is unreachable ({type(exc).__name__}); check REDIS_URL.") from None
+        click.echo(
+            f"Scheduler for queue {queue.name}: retries and a sweep every {desk.config.sweep_interval_seconds:g} s."
+        )
+        stop = threading.Event()
+        start_sweep_ticker(app, stop)
+        try:
+            scheduler.work()  # until SIGTERM or SIGINT
+        finally:
+            stop.set()
+
+    app.cli.add_command(desk_group)
 
     @app.cli.command("sweep")
     def sweep_command():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -64,6 +65,41 @@ def _intervals(env: dict, name: str, default: tuple[int, ...]) -> tuple[int, ...
     return values
 
 
+def _choice(env: dict, name: str, choices: tuple[str, ...], default: str, upper: bool = False) -> str:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    value = raw.upper() if upper else raw.lower()
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _metrics_token(env: dict) -> str | None:
+    token = (env.get("METRICS_TOKEN") or "").strip()
+    if not token:
+        return None
+    if len(token) < 16:
+        raise ConfigError("METRICS_TOKEN must be at least 16 characters; e.g. METRICS_TOKEN=$(openssl rand -hex 24)")
+    return token
+
+
+def _tool_paths(env: dict) -> tuple[str, ...]:
+    entries = tuple(part.strip() for part in (env.get("EXTRA_TOOLS") or "").split(",") if part.strip())
+    for entry in entries:
+        module, _, name = entry.partition(":")
+        if not module or not name.isidentifier():
+            raise ConfigError(f"EXTRA_TOOLS entries are package.module:ToolClass, comma-separated; got {entry!r}")
+    return entries
+
+
 def _secret_key(env: dict, instance_path: Path) -> str:
     """SECRET_KEY from the environment, else one generated once and kept under instance/."""
     if env.get("SECRET_KEY"):
@@ -114,6 +150,13 @@ class Config:
     max_request_bytes: int = 64 * 1024
     secure_cookies: bool = False  # set SECURE_COOKIES=1 when served over HTTPS
     session_idle_minutes: int = 30
+    log_format: str = "json"  # json | text; LOG_FORMAT's default is text only when stderr is a terminal
+    log_level: str = "INFO"
+    metrics_token: str | None = None  # bearer token for GET /metrics; None: signed-in admins only
+    stale_approval_hours: float = 4.0  # the ops page lists conversations waiting on a person longer
+    export_dir: Path | None = None  # where the export tool writes its files; None: instance/exports
+    export_step_seconds: float = 1.0  # the demo export's pace per part, so its progress can be watched
+    extra_tools: tuple[str, ...] = ()  # "package.module:ToolClass" entries added to the billing tools
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -141,9 +184,16 @@ class Config:
             queue_name=env.get("QUEUE_NAME") or cls.queue_name,
             secure_cookies=_bool(env, "SECURE_COOKIES"),
             session_idle_minutes=_int(env, "SESSION_IDLE_MINUTES", cls.session_idle_minutes, minimum=1),
+            log_format=_choice(env, "LOG_FORMAT", ("json", "text"), "text" if _stderr_is_terminal() else "json"),
+            log_level=_choice(env, "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR"), cls.log_level, upper=True),
+            metrics_token=_metrics_token(env),
+            stale_approval_hours=_float(env, "STALE_APPROVAL_HOURS", cls.stale_approval_hours, 0.01),
+            export_dir=Path(env["EXPORT_DIR"]).resolve() if env.get("EXPORT_DIR") else instance_path / "exports",
+            export_step_seconds=_float(env, "EXPORT_STEP_SECONDS", cls.export_step_seconds, 0.0),
+            extra_tools=_tool_paths(env),
         )
 
     def describe(self) -> dict:
         """The settings worth printing at boot, secrets left out."""
-        hidden = {"secret_key", "anthropic_api_key", "extra"}
+        hidden = {"secret_key", "anthropic_api_key", "metrics_token", "extra"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in hidden}

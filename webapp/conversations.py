@@ -3,6 +3,7 @@ do it, changes state through the loop's domain, audits, commits, and only then e
 
 from __future__ import annotations
 
+from flask import flash, has_request_context, request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -10,8 +11,10 @@ from webapp import audit
 from webapp.agent import moves
 from webapp.agent.loop import ConversationBusy
 from webapp.errors import Refused
-from webapp.models import Conversation, User
+from webapp.models import Conversation, ToolCall, User
+from webapp.queue import QueueUnavailable
 from webapp.services import services
+from webapp.tools.tasks import MAX_INPUT_CHARS
 
 MAX_MESSAGE_CHARS = 20_000
 SUPERVISING = ("reviewer", "auditor", "admin")  # see every conversation of their tenant
@@ -150,6 +153,35 @@ def extend_budget(session: Session, user: User, conversation: Conversation, extr
     _commit_and_enqueue(session, conversation, version)
 
 
+def give_input(session: Session, user: User, tool_call_id: int, text: object) -> ToolCall:
+    """What a person types for a task waiting on input (a verification code, say)."""
+    call = session.scalar(select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.tenant_id == user.tenant_id))
+    if call is None:
+        raise Refused(404, "not_found", f"No tool call {tool_call_id} in your account.")
+    conversation = find(session, user, call.conversation_id)
+    _may_steer(user, conversation)
+    if not isinstance(text, str) or not text.strip():
+        raise Refused(422, "invalid_field", "Type the input first.")
+    if len(text) > MAX_INPUT_CHARS:
+        raise Refused(422, "invalid_field", f"The input is at most {MAX_INPUT_CHARS} characters.")
+    try:
+        version = moves.give_input(session, call, text.strip())
+    except moves.InputRefused as exc:
+        raise Refused(409, "not_waiting_for_input", str(exc)) from None
+    audit.record(  # what was typed stays out of the log: it may be a secret such as a code
+        session,
+        "task_input_given",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        tool_call_id=call.id,
+        tool_name=call.name,
+        data={"chars": len(text.strip())},
+    )
+    _commit_and_enqueue(session, conversation, version)
+    return call
+
+
 def _may_steer(user: User, conversation: Conversation) -> None:
     if user.id == conversation.user_id or user.has_role("reviewer") or user.has_role("admin"):
         return
@@ -159,5 +191,21 @@ def _may_steer(user: User, conversation: Conversation) -> None:
 def _commit_and_enqueue(session: Session, conversation: Conversation, version: int | None) -> None:
     session.commit()
     if version is not None:
-        services().dispatcher.enqueue_move(conversation.id, version)
+        enqueue_after_commit(conversation.id, version)
     services().dispatcher.changed(conversation.tenant_id, conversation.id)
+
+
+QUEUE_DOWN = (
+    "Saved. The assistant's work queue cannot be reached right now; the assistant picks this up by "
+    "itself as soon as the queue is back, so there is no need to send it again."
+)
+
+
+def enqueue_after_commit(conversation_id: int, version: int) -> None:
+    """Enqueue a committed move. With Redis down the change stays saved and the sweeper enqueues it
+    once Redis is back; a page says so (an API caller sees the conversation still queued)."""
+    try:
+        services().dispatcher.enqueue_move(conversation_id, version)
+    except QueueUnavailable:
+        if has_request_context() and request.blueprint != "api":
+            flash(QUEUE_DOWN, "info")

@@ -208,6 +208,11 @@ class ToolCall(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     duration_ms: Mapped[float | None] = mapped_column()
+    # An open task (webapp/tools/tasks.py) while the call waits on one; the last state once settled.
+    task: Mapped[dict | None] = mapped_column(JSONType)
+    task_due_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # when the loop looks at it again
+    task_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # its last change
+    task_input: Mapped[str | None] = mapped_column(Text)  # a person's input, until the loop hands it over
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     decided_by: Mapped[User | None] = relationship(foreign_keys=[decided_by_id])
@@ -217,6 +222,10 @@ class ToolCall(Base):
         Index("ix_tool_calls_conversation_message", "conversation_id", "message_id", "position"),
         # the inbox: a tenant's waiting calls, oldest first
         Index("ix_tool_calls_tenant_status_created", "tenant_id", "status", "created_at", "id"),
+        # the sweeper: waiting tasks that are due
+        Index("ix_tool_calls_status_task_due", "status", "task_due_at"),
+        # /metrics: tool calls by status, oldest first
+        Index("ix_tool_calls_status_created", "status", "created_at"),
     )
 
 

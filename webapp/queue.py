@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
 import redis
@@ -34,6 +37,10 @@ def redis_connection(config: Config) -> redis.Redis:
     return _embedded[path]
 
 
+class QueueUnavailable(redis.ConnectionError):
+    """Redis could not take a job. What the job was for is committed; the sweeper enqueues it later."""
+
+
 def move_job_id(conversation_id: int, version: int, recovery: int = 0) -> str:
     base = f"move-{conversation_id}-v{version}"
     return f"{base}-r{recovery}" if recovery else base
@@ -53,8 +60,16 @@ class Dispatcher:
     def queue(self) -> Queue:
         return Queue(self.config.queue_name, connection=self.redis)
 
+    @cached_property
+    def background_queue(self) -> Queue:
+        """Tools' long jobs (exports): workers take them only when no move is waiting."""
+        return Queue(f"{self.config.queue_name}-background", connection=self.redis)
+
     def enqueue_move(self, conversation_id: int, version: int, recovery: int = 0) -> bool:
-        """Enqueue the conversation's move for this version; False if that job already exists."""
+        """Enqueue the conversation's move for this version; False if that job already exists.
+
+        Raises QueueUnavailable when Redis cannot be reached: the state is committed already, and the
+        sweeper enqueues the move once Redis is back."""
         from jobs.moves import advance_conversation
 
         retries = self.config.move_retries
@@ -72,6 +87,9 @@ class Dispatcher:
             )
         except DuplicateJobError:
             return False
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not enqueue the move of conversation %s; the sweeper will: %s", conversation_id, exc)
+            raise QueueUnavailable(str(exc)) from exc
         return True
 
     def enqueue_sweep(self, bucket: int) -> bool:
@@ -86,11 +104,22 @@ class Dispatcher:
         return True
 
     def job_alive(self, job_id: str) -> bool:
+        """Whether a job will still run the move. A worker killed after taking a job off the queue
+        leaves it "queued" (in RQ's intermediate list) or "started" for minutes; a live worker claims
+        the conversation's lease at once, so a started job older than a lease, or a queued one no
+        longer in the queue, is dead. Guessing wrong costs only a duplicate job, which finds nothing
+        to claim."""
         try:
             job = Job.fetch(job_id, connection=self.redis)
         except NoSuchJobError:
             return False
-        return job.get_status(refresh=False) in LIVE_JOB_STATES
+        status = job.get_status(refresh=False)
+        if status == JobStatus.STARTED and job.started_at is not None:
+            started = job.started_at if job.started_at.tzinfo else job.started_at.replace(tzinfo=UTC)
+            return datetime.now(UTC) - started < timedelta(seconds=self.config.lease_seconds)
+        if status == JobStatus.QUEUED:
+            return self.redis.lpos(self.queue.key, job.id) is not None
+        return status in LIVE_JOB_STATES
 
     def publish(self, conversation_id: int, event: dict) -> None:
         """Best effort: a page that misses an event catches up from the database."""
@@ -131,3 +160,77 @@ class Dispatcher:
             self.redis.publish(channel, json.dumps(event))
         except (redis.RedisError, OSError) as exc:
             log.warning("could not publish to %s: %s", channel, exc)
+
+    # --- tasks: waking a parked conversation when a task is due, and tools' background jobs -------
+
+    def schedule_wake(self, conversation_id: int, at: datetime) -> None:
+        """Wake the conversation at `at` to hand its due tasks back to their tools (RQ's scheduler runs
+        it; the sweeper wakes any conversation whose wake-up Redis lost)."""
+        from jobs.moves import wake_for_tasks
+
+        # RQ's scheduler keeps whole seconds and runs what is due in the current second: round up, or
+        # the wake-up runs before its task is due and finds nothing to do.
+        stamp = math.ceil(at.timestamp())
+        try:
+            self.queue.enqueue_at(
+                datetime.fromtimestamp(stamp, UTC),
+                wake_for_tasks,
+                conversation_id,
+                job_id=f"wake-{conversation_id}-{stamp}",
+                unique=True,
+                result_ttl=0,
+            )
+        except DuplicateJobError:
+            pass
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not schedule the task wake-up of conversation %s: %s", conversation_id, exc)
+
+    def start_background(self, func, *args, job_id: str, timeout: int = 3600) -> None:
+        """Start a tool's background job once: a second start under the same id changes nothing."""
+        try:
+            self.background_queue.enqueue(
+                func, *args, job_id=job_id, unique=True, job_timeout=timeout, result_ttl=86400, failure_ttl=86400
+            )
+        except DuplicateJobError:
+            pass
+
+    def background_state(self, job_id: str) -> BackgroundState | None:
+        """Where a background job stands; None when Redis no longer knows it."""
+        try:
+            job = Job.fetch(job_id, connection=self.redis)
+        except NoSuchJobError:
+            return None
+        status = job.get_status(refresh=False)
+        error = None
+        if status == JobStatus.FAILED:
+            result = job.latest_result()
+            error = (result.exc_string or "").strip().splitlines()[-1:] if result else []
+            error = error[0] if error else "the job failed"
+        return BackgroundState(
+            status=str(status.value if hasattr(status, "value") else status),
+            meta=dict(job.meta or {}),
+            result=job.return_value() if status == JobStatus.FINISHED else None,
+            error=error,
+        )
+
+    def cancel_background(self, job_id: str) -> None:
+        """Stop a background job: a waiting one is cancelled, a running one is asked to stop."""
+        self.redis.set(background_cancel_key(job_id), "1", ex=86400)
+        try:
+            job = Job.fetch(job_id, connection=self.redis)
+        except NoSuchJobError:
+            return
+        if job.get_status(refresh=False) in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
+            job.cancel()
+
+
+@dataclass(frozen=True)
+class BackgroundState:
+    status: str  # queued | started | finished | failed | ... (RQ's job statuses)
+    meta: dict
+    result: object = None
+    error: str | None = None
+
+
+def background_cancel_key(job_id: str) -> str:
+    return f"desk:cancel:{job_id}"

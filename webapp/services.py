@@ -31,6 +31,7 @@ class Services:
             settings=LoopSettings(tool_output_limit=self.config.tool_output_limit),
             events=self.dispatcher,
             should_stop=should_stop,
+            background=self.dispatcher,
         )
 
 

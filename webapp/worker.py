@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import redis
 from flask import Flask
 from rq import SimpleWorker
 
+from webapp import logs
 from webapp.services import services
 
 
@@ -30,16 +32,27 @@ def start_sweep_ticker(app: Flask, stop: threading.Event) -> threading.Thread:
 
 
 def run_worker(app: Flask, burst: bool = False, name: str | None = None) -> bool:
-    """Work the moves queue until stopped (or until empty with burst); returns whether any job ran."""
+    """Work the moves queue, then tools' background jobs, until stopped (or until both are empty with
+    burst); returns whether any job ran."""
     with app.app_context():
+        logs.configure(app)  # JSON lines; RQ's own loggers then write through it too
         desk = services()
         # SimpleWorker runs jobs in this process: no fork per job, so the engine's connection pool
         # stays valid and a move costs no process start (figures in docs/performance.md).
-        worker = SimpleWorker([desk.dispatcher.queue], connection=desk.dispatcher.redis, name=name)
+        queues = [desk.dispatcher.queue, desk.dispatcher.background_queue]  # moves first, always
+        worker = SimpleWorker(queues, connection=desk.dispatcher.redis, name=name)
         stop = threading.Event()
         if not burst:
             start_sweep_ticker(app, stop)
         try:
-            return worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+            while True:
+                try:
+                    return worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    # RQ quits when Redis vanishes around a job (it cannot record the job's end). The
+                    # database holds the state: wait for Redis and work on as a fresh worker.
+                    app.logger.warning("lost Redis (%s); working again once it answers", exc)
+                    time.sleep(2)
+                    worker = SimpleWorker(queues, connection=desk.dispatcher.redis)
         finally:
             stop.set()

@@ -30,7 +30,7 @@ def agent(session) -> User:
 def new_loop(session, agent, model_client):
     """new_loop() -> a Loop over a fresh conversation of agent@acme.test."""
 
-    def make(move_budget: int = 25, token_budget: int = 0, should_stop=None) -> Loop:
+    def make(move_budget: int = 25, token_budget: int = 0, should_stop=None, tools=None, background=None) -> Loop:
         conversation = Conversation(
             tenant_id=agent.tenant_id,
             user_id=agent.id,
@@ -44,9 +44,10 @@ def new_loop(session, agent, model_client):
             session,
             conversation,
             model=model_client,
-            tools=demo_registry(),
+            tools=tools or demo_registry(),
             settings=LoopSettings(tool_output_limit=4000),
             should_stop=should_stop,
+            background=background,
         )
 
     return make

@@ -282,8 +282,11 @@ def test_definitions_are_clean_schemas():
         "issue_refund",
         "send_email",
         "delete_account",
+        "verify_identity",
+        "export_customer_data",
     ]
-    assert [t.sensitive for t in tools] == [False, False, True, True, True]
+    assert [t.sensitive for t in tools] == [False, False, True, True, True, False, False]
+    assert [t.resumable() for t in tools] == [False] * 5 + [True, True]
     for tool in tools:
         definition = tool.definition()
         schema = definition["input_schema"]

@@ -95,6 +95,11 @@ def decide(
     reason = (reason or "").strip()
     if not approve and not reason:
         raise DecisionError("reason_required", "Say why you reject this call; the model is told your reason.")
+    # Decisions on one call take turns (a row lock on PostgreSQL; SQLite's BEGIN IMMEDIATE already
+    # serializes writers): two people approving at once must not each count only their own approval
+    # and leave a call that needs both waiting forever.
+    session.execute(select(ToolCall.id).where(ToolCall.id == call.id).with_for_update())
+    session.refresh(call)
     if call.status != CallStatus.AWAITING_APPROVAL:
         raise already_decided(session, call)
     if arguments_seen != arguments_hash(call.input):

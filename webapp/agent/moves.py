@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
@@ -22,10 +22,11 @@ from webapp.agent.loop import Loop
 from webapp.agent.states import IDLE, MOVING, CallStatus, ConversationStatus
 from webapp.llm.client import ModelError
 from webapp.models import Conversation, ToolCall, utcnow
+from webapp.tools.tasks import INPUT_REQUIRED, Task, TaskError
 
 log = logging.getLogger(__name__)
 
-WAITING_CALLS = (CallStatus.AWAITING_APPROVAL,)
+WAITING_CALLS = (CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_TASK)
 AWAITING = (ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TASK)
 PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
 
@@ -45,6 +46,7 @@ class MoveResult:
     outcome: str  # skipped | lost_lease | a Move kind | failed
     next_version: int | None = None
     tenant_id: int | None = None  # set when the move changed something people may be looking at
+    wake_at: datetime | None = None  # a parked conversation's next due task: wake it then
 
 
 LoopFactory = Callable[[Session, Conversation, Callable[[], bool]], Loop]
@@ -92,7 +94,11 @@ def advance(
             _release(session, conversation_id, owner)
             raise TransientMoveError(error) from error
         return _fail(session, conversation_id, version, owner, error.code, error.message)
-    except Exception:
+    except Exception as error:
+        if _database_lost(error, final_attempt):
+            log.warning("move of conversation %s lost the database; it will be retried: %s", conversation_id, error)
+            _release_after_lost_database(session, conversation_id, owner)
+            raise
         session.rollback()
         log.exception("move of conversation %s failed", conversation_id)
         _fail(
@@ -109,6 +115,7 @@ def advance(
     if move.parks:
         # Park only if nothing changed meanwhile: no cancel asked, and for a wait no call decided since.
         guards.append(Conversation.cancel_requested_at.is_(None))
+    wake_at = None
     if move.kind == "wait":
         waiting_now = (
             select(func.count())
@@ -116,7 +123,19 @@ def advance(
             .where(ToolCall.conversation_id == conversation_id, ToolCall.status.in_(WAITING_CALLS))
             .scalar_subquery()
         )
-        guards.append(waiting_now == move.waiting_count)
+        # ...and no task became due meanwhile (a person's input arrived while this move ran).
+        input_given = (
+            select(func.count())
+            .select_from(ToolCall)
+            .where(ToolCall.conversation_id == conversation_id, ToolCall.task_input.is_not(None))
+            .scalar_subquery()
+        )
+        guards += [waiting_now == move.waiting_count, input_given == 0]
+        wake_at = session.scalar(
+            select(func.min(ToolCall.task_due_at)).where(
+                ToolCall.conversation_id == conversation_id, ToolCall.status == CallStatus.AWAITING_TASK
+            )
+        )
     finished = session.execute(
         update(Conversation)
         .where(Conversation.id == conversation_id, *guards)
@@ -130,7 +149,8 @@ def advance(
         return MoveResult("lost_lease")
     status = conversation.status
     session.commit()  # commit 2: the move's result and the lease's release
-    return MoveResult(move.kind, version + 1 if status == ConversationStatus.QUEUED else None, conversation.tenant_id)
+    next_version = version + 1 if status == ConversationStatus.QUEUED else None
+    return MoveResult(move.kind, next_version, conversation.tenant_id, wake_at)
 
 
 class _LeaseWatcher:
@@ -167,6 +187,31 @@ def _release(session: Session, conversation_id: int, owner: str) -> None:
         .values(lease_owner=None, lease_expires_at=None, status=ConversationStatus.QUEUED)
     )
     session.commit()
+
+
+def _database_lost(error: Exception, final_attempt: bool) -> bool:
+    """A dropped or unreachable database connection: not a bug, so the move is retried (RQ's retries,
+    then the sweeper) instead of failing the conversation. Other operational errors (on SQLite,
+    "database is locked" after the busy timeout) get the job's retries, then fail it as before."""
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, PendingRollbackError
+
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, PendingRollbackError) and error.code == "8s2b":
+        return True  # the connection dropped earlier in the move (a tool made the drop its own error)
+    return isinstance(error, OperationalError | InterfaceError) and not final_attempt
+
+
+def _release_after_lost_database(session: Session, conversation_id: int, owner: str) -> None:
+    """Roll the move back and hand its lease back if the database answers again; if it does not, the
+    lease expires by itself and the sweeper re-enqueues the move."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        session.rollback()
+        _release(session, conversation_id, owner)
+    except SQLAlchemyError as exc:
+        log.warning("could not release the lease of conversation %s; it will expire: %s", conversation_id, exc)
 
 
 def _requeue(session: Session, conversation_id: int, version: int, owner: str) -> bool:
@@ -276,6 +321,32 @@ def retry(session: Session, conversation: Conversation) -> int | None:
     if version is not None:
         conversation.error_code = conversation.error_message = None
     return version
+
+
+class InputRefused(Exception):
+    """The call cannot take input now; the message says why."""
+
+
+def give_input(session: Session, call: ToolCall, text: str) -> int | None:
+    """Hand a person's input to the call's input_required task: the next move gives it to the tool.
+    Returns the version to enqueue (None: a move in flight picks it up). The caller commits."""
+    locked = session.scalar(
+        select(ToolCall).where(ToolCall.id == call.id).with_for_update().execution_options(populate_existing=True)
+    )
+    if locked.status != CallStatus.AWAITING_TASK:
+        raise InputRefused(f"This tool call is {locked.status.replace('_', ' ')}; it is not waiting for input.")
+    try:
+        task = Task.from_dict(locked.task)
+    except TaskError:
+        raise InputRefused("This tool call's task cannot be read; it will fail on its next check.") from None
+    if task.status != INPUT_REQUIRED:
+        raise InputRefused(f"This task is {task.status.replace('_', ' ')}, not waiting for input.")
+    if locked.task_input is not None:
+        raise InputRefused("The last input is still being checked; wait a moment and look again.")
+    locked.task_input = text
+    locked.task_due_at = utcnow()
+    session.flush()
+    return wake(session, session.get(Conversation, locked.conversation_id))
 
 
 def extend_budget(session: Session, conversation: Conversation, moves: int = 0, tokens: int = 0) -> int | None:

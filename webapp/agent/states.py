@@ -34,6 +34,7 @@ class CallStatus(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     APPROVED = "approved"  # may run now
     RUNNING = "running"  # claimed by a move; the side effect may have happened
+    AWAITING_TASK = "awaiting_task"  # ran, and its tool's task goes on (the loop resumes it later)
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # ran and failed, or could not run (invalid input, unknown tool)
     REJECTED = "rejected"

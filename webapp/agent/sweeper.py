@@ -12,8 +12,8 @@ from datetime import timedelta
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from webapp.agent.states import MOVING, ConversationStatus
-from webapp.models import Conversation, utcnow
+from webapp.agent.states import MOVING, CallStatus, ConversationStatus
+from webapp.models import Conversation, ToolCall, utcnow
 
 
 def stalled(session: Session, grace_seconds: float, limit: int = 500) -> list[Conversation]:
@@ -65,3 +65,35 @@ def recover(
         .execution_options(synchronize_session=False)
     ).rowcount
     return (conversation.version, recovery) if done else None
+
+
+def _due_tasks(now):
+    return (ToolCall.status == CallStatus.AWAITING_TASK) & (
+        ToolCall.task_input.is_not(None) | (ToolCall.task_due_at <= now)
+    )
+
+
+def has_due_task(session: Session, conversation_id: int) -> bool:
+    """Whether a call of the conversation waits on a task that should be handed back to its tool now."""
+    return (
+        session.scalar(
+            select(ToolCall.id).where(ToolCall.conversation_id == conversation_id, _due_tasks(utcnow())).limit(1)
+        )
+        is not None
+    )
+
+
+def overdue_tasks(session: Session, grace_seconds: float, limit: int = 500) -> list[Conversation]:
+    """Parked conversations with a task due for longer than the grace: their wake-up was lost (Redis
+    restarted, or the process died between its commit and scheduling it)."""
+    late = utcnow() - timedelta(seconds=grace_seconds)
+    return list(
+        session.scalars(
+            select(Conversation)
+            .where(
+                Conversation.status.in_((ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TASK)),
+                Conversation.id.in_(select(ToolCall.conversation_id).where(_due_tasks(late))),
+            )
+            .limit(limit)
+        )
+    )

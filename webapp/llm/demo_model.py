@@ -137,8 +137,18 @@ def _plan(text: str) -> _Plan:
     invoices = re.search(r"\binvoices\b|\bbilling history\b", lowered)
     if invoices and not refund:
         _plan_invoices(plan, text, invoices.start())
+    verify = re.search(r"\bverify\b|\bverification\b", lowered)
+    if verify:
+        _plan_for_customer(
+            plan, text, verify.start(), "verify_identity", "verify the identity of customer {}", "Whose identity"
+        )
+    export = re.search(r"\bexport\b", lowered)
+    if export:
+        _plan_for_customer(
+            plan, text, export.start(), "export_customer_data", "export customer {}'s data", "Whose data"
+        )
     lookup = re.search(_LOOKUP_VERB, lowered)
-    if lookup and not invoices and not refund:
+    if lookup and not invoices and not refund and not verify and not export:
         _plan_lookup(plan, text, lookup)
     plan.calls.sort(key=lambda call: call.position)
     return plan
@@ -217,6 +227,15 @@ def _plan_close(plan: _Plan, text: str, at: int) -> None:
             f"close the account of customer {customer}",
         )
     )
+
+
+def _plan_for_customer(plan: _Plan, text: str, at: int, tool: str, phrase: str, whose: str) -> None:
+    customer = _near(_CUSTOMER, text, at)
+    if customer is None:
+        verb = phrase.split()[0]
+        plan.notes.append(_Note(at, f"{whose} should I {verb}? Give me the customer number."))
+        return
+    plan.calls.append(_Call(at, tool, {"customer_id": customer}, phrase.format(customer)))
 
 
 def _plan_invoices(plan: _Plan, text: str, at: int) -> None:
@@ -316,6 +335,8 @@ def _describe_result(name: str, call_input: dict, result: dict) -> str:
         "issue_refund": _describe_refund,
         "send_email": _describe_email,
         "delete_account": _describe_closure,
+        "verify_identity": _describe_verification,
+        "export_customer_data": _describe_export,
     }.get(name)
     if describe is None:
         return f"{name} returned: {_brief(unwrap_output(text))}"
@@ -407,6 +428,23 @@ def _describe_closure(data: Any, call_input: dict) -> str:
     cancelled = _int(record.get("cancelled_subscriptions")) or 0
     subscriptions = f" and cancelled {cancelled} subscription{'s' if cancelled != 1 else ''}" if cancelled else ""
     return f"Closed the account of customer {customer}{subscriptions}."
+
+
+def _describe_verification(data: Any, call_input: dict) -> str:
+    record = data if isinstance(data, dict) else {}
+    customer = _pick(record, "customer_id") or call_input.get("customer_id")
+    return f"The caller is verified as customer {customer}: they read back the right code."
+
+
+def _describe_export(data: Any, call_input: dict) -> str:
+    record = data if isinstance(data, dict) else {}
+    customer = _pick(record, "customer_id") or call_input.get("customer_id")
+    size = _int(record.get("bytes"))
+    return (
+        f"Customer {customer}'s data is exported to {record.get('file', 'a file')}"
+        + (f" ({size:,} bytes" if size is not None else " (")
+        + f", {record.get('invoices', 0)} invoices and {record.get('refunds', 0)} refunds)."
+    )
 
 
 # --- message helpers ------------------------------------------------------------------------------
@@ -554,6 +592,8 @@ def _help(tools: set[str]) -> str:
         "issue_refund": "refund invoices",
         "send_email": "email customers",
         "delete_account": "close accounts",
+        "verify_identity": "verify a caller's identity",
+        "export_customer_data": "export a customer's data",
     }
     can = [phrase for tool, phrase in abilities.items() if tool in tools]
     if not can:

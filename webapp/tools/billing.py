@@ -1,4 +1,5 @@
-"""The demo billing tools: look up customers and invoices, refund, email, and close accounts.
+"""The demo billing tools: look up customers and invoices, refund, email, close accounts, verify a
+caller's identity and export a customer's data (the last two finish later, as tasks).
 
 Every query is scoped to the acting user's tenant, so another tenant's ids read exactly like ids that
 do not exist. Tools only add and flush on the context's session; the caller commits. The sensitive
@@ -7,6 +8,11 @@ tools are idempotent: a retried call with the same idempotency key returns what 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +21,7 @@ from sqlalchemy import func, or_, select
 
 from webapp.models import Customer, Invoice, OutgoingEmail, Refund, Subscription, utcnow
 from webapp.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
+from webapp.tools.tasks import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, Task
 
 MAX_REFUND_CENTS = 10_000_000
 MAX_ID = 2**31 - 1
@@ -321,9 +328,162 @@ class DeleteAccount(Tool):
         }
 
 
+# --- tools that finish later (tasks) -------------------------------------------------------------
+
+VERIFY_TRIES = 3
+_CODE_IN_BODY = re.compile(r"verification code is (\d{6})")
+
+
+class VerifyIdentity(Tool):
+    name = "verify_identity"
+    title = "Verify a customer's identity"
+    description = (
+        "Check that the person the support agent is talking to is the customer: a 6-digit code is emailed "
+        "to the customer's address on file, and the support agent types the code the caller reads back. "
+        "Returns once the code is right (verified: true), or fails after three wrong codes. Use before "
+        "discussing or changing the account when the agent asks you to verify the caller."
+    )
+    sensitive = False
+
+    class Input(_Input):
+        customer_id: CustomerId
+
+    def execute(self, input: Input, context: ToolContext) -> Task:  # noqa: A002
+        """Email a fresh code (or, on a re-run of the same call, keep the one already emailed)."""
+        customer = _customer(context, input.customer_id)
+        key = f"{context.idempotency_key}-verify"
+        email = context.session.scalar(
+            select(OutgoingEmail).where(
+                OutgoingEmail.idempotency_key == key, OutgoingEmail.tenant_id == context.tenant_id
+            )
+        )
+        if email is None:
+            code = f"{secrets.randbelow(1_000_000):06d}"
+            email = OutgoingEmail(
+                tenant_id=context.tenant_id,
+                customer_id=customer.id,
+                to_address=customer.email,
+                subject="Your verification code",
+                body=f"Hello {customer.name},\n\nYour verification code is {code}. Read it to the support agent "
+                "you are talking to. If you are not talking to us, ignore this email.\n\nThe billing team",
+                idempotency_key=key,
+                created_by_id=context.user_id,
+            )
+            context.session.add(email)
+            context.session.flush()
+        code = _CODE_IN_BODY.search(email.body).group(1)
+        return Task(
+            INPUT_REQUIRED,
+            message=f"Waiting for the code the customer received at {customer.email}.",
+            input_prompt="The 6-digit code the customer received by email",
+            data={
+                "customer_id": customer.id,
+                "email_id": email.id,
+                "code_hash": _code_hash(context.tool_call_id, code),
+                "tries_left": VERIFY_TRIES,
+            },
+        )
+
+    def resume(self, task: Task, context: ToolContext) -> Task:
+        """Check the code a person typed: completed when right; otherwise one try fewer."""
+        if task.input is None:
+            return task
+        typed = re.sub(r"\s+", "", task.input)
+        if hmac.compare_digest(_code_hash(context.tool_call_id, typed), task.data["code_hash"]):
+            return Task(
+                COMPLETED,
+                message="Identity verified.",
+                result={"customer_id": task.data["customer_id"], "verified": True, "method": "code sent by email"},
+            )
+        tries_left = int(task.data["tries_left"]) - 1
+        if tries_left <= 0:
+            return Task(
+                FAILED,
+                message=(
+                    f"Identity not verified: {VERIFY_TRIES} wrong codes were given for customer "
+                    f"{task.data['customer_id']}. Do not discuss or change the account; the caller may not be "
+                    "the customer."
+                ),
+            )
+        tries = "1 try" if tries_left == 1 else f"{tries_left} tries"
+        return replace(task, message=f"Wrong code, {tries} left.", data={**task.data, "tries_left": tries_left})
+
+
+def _code_hash(tool_call_id: int, code: str) -> str:
+    return hashlib.sha256(f"{tool_call_id}:{code}".encode()).hexdigest()
+
+
+class ExportCustomerData(Tool):
+    name = "export_customer_data"
+    title = "Export a customer's data"
+    description = (
+        "Export everything on file for a customer (profile, invoices, refunds) to a JSON file for a data "
+        "request. The export runs in the background and takes a while; this returns when the file is "
+        "ready, with its name and size in bytes."
+    )
+    sensitive = False
+    task_time_limit_seconds = 3600.0
+    POLL_SECONDS = 1.0
+
+    class Input(_Input):
+        customer_id: CustomerId
+
+    def execute(self, input: Input, context: ToolContext) -> Task:  # noqa: A002
+        """Start the export job (once per call: its id is the call's) and report it as working."""
+        from jobs.exports import export_customer_data  # (a job the workers run in the app)
+
+        customer = _customer(context, input.customer_id)
+        if context.background is None:
+            raise ToolError("Exports need the background workers, and none are configured here.")
+        job_id = f"export-{context.tool_call_id}"
+        file_name = f"customer-{customer.id}-export-{context.tool_call_id}.json"
+        context.background.start_background(
+            export_customer_data, context.tenant_id, customer.id, file_name, job_id=job_id
+        )
+        return Task(
+            WORKING,
+            message="Export queued; waiting for a worker.",
+            progress=0.0,
+            poll_seconds=self.POLL_SECONDS,
+            data={"job_id": job_id, "file": file_name, "customer_id": customer.id, "restarts": 0},
+        )
+
+    def resume(self, task: Task, context: ToolContext) -> Task:
+        """Follow the export job: its progress, its file once done, or why it failed."""
+        from jobs.exports import export_customer_data
+
+        state = context.background.background_state(task.data["job_id"])
+        if state is None:  # Redis lost the job (a restart): start it again, a few times at most
+            restarts = int(task.data.get("restarts", 0)) + 1
+            if restarts > 3:
+                return Task(FAILED, message="The export job was lost three times; the export was not made.")
+            context.background.start_background(
+                export_customer_data,
+                context.tenant_id,
+                task.data["customer_id"],
+                task.data["file"],
+                job_id=task.data["job_id"],
+            )
+            return replace(
+                task, message="Export restarted after its job was lost.", data={**task.data, "restarts": restarts}
+            )
+        if state.status == "finished" and isinstance(state.result, dict) and "bytes" in state.result:
+            return Task(COMPLETED, message="Export ready.", progress=1.0, result=state.result)
+        if state.status in ("failed", "stopped", "canceled", "finished"):
+            return Task(FAILED, message=f"The export failed: {state.error or state.status}.")
+        return replace(
+            task,
+            message=state.meta.get("message") or "Export queued; waiting for a worker.",
+            progress=state.meta.get("progress", task.progress),
+        )
+
+    def cancel(self, task: Task, context: ToolContext) -> None:
+        context.background.cancel_background(task.data["job_id"])
+
+
 def demo_tools() -> list[type[Tool]]:
-    """The five billing tool classes, read-only ones first."""
-    return [LookupCustomer, LookupInvoices, IssueRefund, SendEmail, DeleteAccount]
+    """The billing tool classes, read-only ones first, then the ones that finish later."""
+    return [LookupCustomer, LookupInvoices, IssueRefund, SendEmail, DeleteAccount, VerifyIdentity, ExportCustomerData]
 
 
 def demo_registry() -> ToolRegistry:

@@ -1,22 +1,27 @@
 """The tool registry: typed tools, their API definitions, and running one call safely.
 
 A tool is a class with a model-facing name and description, a pydantic input model, a `sensitive`
-flag (sensitive tools wait for a person's decision) and execute(input, context). Whatever goes wrong
-in a call (unknown name, invalid input, an exception, oversized output) becomes an error result for
-the model, never a crashed job.
+flag (sensitive tools wait for a person's decision) and execute(input, context). execute may return a
+Task (webapp/tools/tasks.py) when the work finishes later; such a tool also has resume(task, context)
+and cancel(task, context). Whatever goes wrong in a call (unknown name, invalid input, an exception,
+an invalid task, oversized output) becomes an error result for the model, never a crashed job.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
+
+from webapp.tools.tasks import CANCELLED, COMPLETED, Task, TaskError
 
 # Tool output is untrusted data (DESIGN.md invariant 7): it reaches the model inside these
 # delimiters, labelled, with any copy of the delimiters removed from the content itself.
@@ -35,6 +40,7 @@ class ToolContext:
     tenant_id: int
     tool_call_id: int
     idempotency_key: str
+    background: Any = None  # starts and follows background jobs for tasks (webapp.queue.Dispatcher)
 
 
 class ToolError(Exception):
@@ -47,9 +53,21 @@ class Tool:
     description: ClassVar[str]
     Input: ClassVar[type[BaseModel]]
     sensitive: ClassVar[bool] = False
+    task_time_limit_seconds: ClassVar[float] = 3600.0  # a task without progress this long fails
 
     def execute(self, input: BaseModel, context: ToolContext) -> Any:  # noqa: A002 - the API's word
         raise NotImplementedError
+
+    def resume(self, task: Task, context: ToolContext) -> Any:
+        """Look at a waiting task again: a result, or the same or an updated Task."""
+        raise NotImplementedError
+
+    def cancel(self, task: Task, context: ToolContext) -> None:
+        """Stop the task's work, if it can be stopped (the conversation was stopped)."""
+
+    @classmethod
+    def resumable(cls) -> bool:
+        return cls.resume is not Tool.resume
 
     @classmethod
     def definition(cls) -> dict:
@@ -62,11 +80,14 @@ class Tool:
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    """A finished call: the tool_result content for the model, whether it failed, and how long it ran."""
+    """A call's outcome: the tool_result content for the model, whether it failed, and how long it ran;
+    or, when the work goes on, the open task (content is then empty)."""
 
     content: str
     is_error: bool
     duration_ms: float = 0.0
+    task: Task | None = None
+    cancelled: bool = False  # settled by a cancelled task
 
 
 class ToolRegistry:
@@ -110,18 +131,45 @@ class ToolRegistry:
         return None
 
     def run(self, name: str, raw_input: Any, context: ToolContext, output_limit: int) -> ToolOutcome:
-        """Run one call and turn whatever happens into a tool_result for the model."""
+        """Run one call and turn whatever happens into a tool_result for the model (or an open task)."""
         problem = self.check(name, raw_input)
         if problem:
             return ToolOutcome(problem, True)
         tool = self._tools[name]
+        return self._call(
+            tool, context, output_limit, lambda: tool.execute(tool.Input.model_validate(raw_input), context)
+        )
+
+    def resume(self, name: str, task: Task, context: ToolContext, output_limit: int) -> ToolOutcome:
+        """Hand a waiting task back to its tool; the outcome is settled or carries the task as it is now."""
+        tool = self.get(name)
+        if tool is None:
+            return ToolOutcome(f"The tool {name} is no longer available; its task cannot finish.", True)
+        return self._call(tool, context, output_limit, lambda: tool.resume(task, context))
+
+    def cancel(self, name: str, task: Task, context: ToolContext) -> None:
+        """Ask the task's tool to stop its work; a tool that fails to is logged, never raised."""
+        tool = self.get(name)
+        if tool is None:
+            return
+        try:
+            with context.session.begin_nested():
+                tool.cancel(task, context)
+        except Exception:
+            log.exception("tool %s could not cancel its task (tool call %s)", name, context.tool_call_id)
+
+    def _call(self, tool: Tool, context: ToolContext, output_limit: int, work: Callable[[], Any]) -> ToolOutcome:
+        name = tool.name
         started = time.perf_counter()
         try:
             # A savepoint, so a tool that fails half-way leaves none of its writes behind.
             with context.session.begin_nested():
-                output = tool.execute(tool.Input.model_validate(raw_input), context)
+                output = work()
         except ToolError as exc:
             return ToolOutcome(str(exc), True, _ms_since(started))
+        except TaskError as exc:
+            log.warning("tool %s gave an invalid task (tool call %s): %s", name, context.tool_call_id, exc)
+            return ToolOutcome(f"The tool {name} gave an invalid task: {exc}", True, _ms_since(started))
         except Exception as exc:  # a crashed tool is a failed call, never a crashed loop
             log.exception("tool %s crashed (tool call %s)", name, context.tool_call_id)
             return ToolOutcome(
@@ -129,7 +177,32 @@ class ToolRegistry:
                 True,
                 _ms_since(started),
             )
-        return ToolOutcome(wrap_output(name, output, output_limit), False, _ms_since(started))
+        elapsed = _ms_since(started)
+        if not isinstance(output, Task):
+            return ToolOutcome(wrap_output(name, output, output_limit), False, elapsed)
+        if output.status == COMPLETED:
+            return ToolOutcome(wrap_output(name, output.result, output_limit), False, elapsed)
+        if output.status == CANCELLED:
+            notice = output.message or "The task was cancelled before it finished."
+            return ToolOutcome(f"Cancelled: {notice}", True, elapsed, cancelled=True)
+        if not output.open:  # failed
+            return ToolOutcome(output.message or f"The tool {name}'s task failed.", True, elapsed)
+        if not tool.resumable():
+            return ToolOutcome(f"The tool {name} returned a task it cannot resume; nothing will finish it.", True)
+        return ToolOutcome("", False, elapsed, task=output.with_input(None))
+
+
+def load_tool(entry: str) -> type[Tool]:
+    """The Tool class named by "package.module:ClassName" (EXTRA_TOOLS); ValueError says what is wrong."""
+    module_name, _, class_name = entry.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r} ({exc})") from None
+    tool = getattr(module, class_name, None)
+    if not (isinstance(tool, type) and issubclass(tool, Tool)):
+        raise ValueError(f"{entry!r} is not a Tool class")
+    return tool
 
 
 def wrap_output(name: str, output: Any, limit: int) -> str:

@@ -1,0 +1,249 @@
+"""Structured logs: one JSON object per line from web and worker processes, each carrying the ids of
+what it is about (conversation, tool call, web request, RQ job) wherever they are known.
+
+    configure(config)                 # once per process: JSON (or text) on stderr through the root logger
+    with bind(conversation_id=7):     # every record logged inside, in this thread or task, carries it
+        log.info("moving")            # {"message": "moving", "conversation_id": 7, ...}
+
+The ids live in a contextvar, so concurrent requests (gunicorn threads) and jobs never see each
+other's. This module imports no Flask and no RQ: webapp/agent may use bind() too.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter
+
+ID_FIELDS = ("conversation_id", "tool_call_id", "request_id", "job_id")
+FORMATS = ("json", "text")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s%(ids)s"
+
+_ids: ContextVar[dict[str, object]] = ContextVar("desk_log_ids", default={})  # noqa: B039 - never mutated
+
+
+class ContextFilter(logging.Filter):
+    """Copies the bound ids onto every record that passes (installed on the handler, so records
+    propagated from any logger get them). An id set explicitly with extra={...} wins."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ids = _ids.get()
+        for name in ID_FIELDS:
+            if name in ids and not hasattr(record, name):
+                setattr(record, name, ids[name])
+        # For the text format: " conversation_id=7 job_id=move-7-v3", or "".
+        record.ids = "".join(f" {name}={getattr(record, name)}" for name in ID_FIELDS if hasattr(record, name))
+        return True
+
+
+class DeskJsonFormatter(JsonFormatter):
+    """python-json-logger with our field names: time, level, logger, message, then the ids and any
+    extra fields; exceptions as `exc_info` text."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "%(asctime)s %(levelname)s %(name)s %(message)s",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            reserved_attrs=[*RESERVED_ATTRS, "ids"],
+        )
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@contextmanager
+def bind(**ids: object) -> Iterator[None]:
+    """Add ids (conversation_id, tool_call_id, request_id, job_id) to every log record made inside
+    the block; None leaves an id as it was. Nested blocks add to the outer ones."""
+    token = push(**ids)
+    try:
+        yield
+    finally:
+        _ids.reset(token)
+
+
+def push(**ids: object) -> Token:
+    """bind() without a block, for hooks that open and close in two places (Flask's before and
+    teardown request); undo with pop(token)."""
+    unknown = set(ids) - set(ID_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown log id {', '.join(sorted(unknown))}; use {', '.join(ID_FIELDS)}")
+    return _ids.set({**_ids.get(), **{name: value for name, value in ids.items() if value is not None}})
+
+
+def pop(token: Token) -> None:
+    try:
+        _ids.reset(token)
+    except ValueError:  # made in another context (cannot happen with Flask's hooks): just clear
+        _ids.set({})
+
+
+def current_ids() -> dict[str, object]:
+    return dict(_ids.get())
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (test runners swap it), unless given a stream."""
+
+    def __init__(self, stream=None) -> None:
+        super().__init__(stream)
+        self._fixed = stream is not None
+
+    @property
+    def stream(self):
+        return self._stream if self._fixed else sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        self._stream = value
+
+
+def make_handler(log_format: str = "json", stream=None) -> logging.Handler:
+    """The handler configure() installs; also usable from logging.config.dictConfig (gunicorn.conf.py)."""
+    if log_format not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {log_format!r}")
+    handler = _StderrHandler(stream)
+    handler.setFormatter(DeskJsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(ContextFilter())
+    handler.desk_handler = True  # configure() replaces any handler so marked
+    return handler
+
+
+def configure(app_or_config, stream=None) -> logging.Handler:
+    """Send every log record of this process through one handler on the root logger, formatted
+    as JSON lines (LOG_FORMAT=json) or readable text (LOG_FORMAT=text), at LOG_LEVEL. Takes a Flask
+    app (its desk config) or a Config; calling it again replaces the handler it installed."""
+    config = _config_of(app_or_config)
+    handler = make_handler(getattr(config, "log_format", "json"), stream)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "desk_handler", False)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(config, "log_level", "INFO"))
+    return handler
+
+
+def _config_of(app_or_config):
+    extensions = getattr(app_or_config, "extensions", None)
+    if isinstance(extensions, dict):  # a Flask app
+        if "desk" in extensions:
+            return extensions["desk"].config
+        return app_or_config.config.get("DESK_CONFIG")
+    return app_or_config
+
+
+# --- Flask: a request id and the URL's ids on every line of a request ---------------------------------
+
+REQUEST_ID_HEADER = "X-Request-ID"
+request_log = logging.getLogger("desk.request")
+job_log = logging.getLogger("desk.jobs")
+_VIEW_ARG_IDS = {"conversation_id": "conversation_id", "tool_call_id": "tool_call_id"}
+
+
+def init_app(app) -> None:
+    """Bind a request id (the caller's X-Request-ID when it is sane, else a new one) and the
+    conversation/tool-call id of the URL around every request; echo the id in the response."""
+    from flask import g, request
+
+    @app.before_request
+    def _bind_request_ids() -> None:
+        incoming = request.headers.get(REQUEST_ID_HEADER, "")
+        request_id = incoming if 0 < len(incoming) <= 64 and incoming.replace("-", "").isalnum() else new_request_id()
+        ids: dict[str, object] = {"request_id": request_id}
+        for arg, field in _VIEW_ARG_IDS.items():
+            value = (request.view_args or {}).get(arg)
+            if isinstance(value, int):
+                ids[field] = value
+        g.log_token = push(**ids)
+        g.request_id = request_id
+        g.request_started = time.perf_counter()
+
+    @app.after_request
+    def _log_request(response):
+        request_id = g.get("request_id")
+        if request_id:
+            response.headers.setdefault(REQUEST_ID_HEADER, request_id)
+        started = g.get("request_started")
+        if started is not None and request.endpoint != "static":
+            request_log.info(
+                "%s %s %s",
+                request.method,
+                request.path,
+                response.status_code,
+                extra={
+                    "method": request.method,
+                    "path": request.path,
+                    "status": response.status_code,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                    "endpoint": request.endpoint,
+                },
+            )
+        return response
+
+    @app.teardown_request
+    def _unbind_request_ids(_exc=None) -> None:
+        token = g.pop("log_token", None)
+        if token is not None:
+            pop(token)
+
+
+# --- RQ jobs: the job id and the conversation on every line of a job -----------------------------------
+
+
+def bind_job(func):
+    """Decorate a job function: its records carry the RQ job id and, when the function takes a
+    `conversation_id` argument, that id."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(func)
+    takes_conversation = "conversation_id" in signature.parameters
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from rq import get_current_job
+
+        job = get_current_job()
+        ids: dict[str, object] = {"job_id": job.id if job else None}
+        if takes_conversation:
+            bound = signature.bind_partial(*args, **kwargs)
+            ids["conversation_id"] = bound.arguments.get("conversation_id")
+        started = time.perf_counter()
+        with bind(**ids):
+            try:
+                result = func(*args, **kwargs)
+            except Exception as exc:
+                job_log.warning(
+                    "%s raised %s",
+                    func.__name__,
+                    type(exc).__name__,
+                    exc_info=True,
+                    extra={"job": func.__name__, "duration_ms": _since(started)},
+                )
+                raise
+            job_log.info(
+                "%s done: %s",
+                func.__name__,
+                result,
+                extra={"job": func.__name__, "outcome": str(result)[:100], "duration_ms": _since(started)},
+            )
+            return result
+
+    return wrapper
+
+
+def _since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 1)
