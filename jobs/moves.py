@@ -49,8 +49,8 @@ def advance_conversation(conversation_id: int, version: int) -> str:
 @bind_job
 def sweep() -> int:
     """Re-enqueue every conversation that should be moving but has no live move, settle the tool calls
-    whose time to decide ran out, and wake parked conversations whose task wake-up was lost; returns
-    how many conversations were re-enqueued."""
+    whose time to decide ran out, and wake parked conversations that should be moving (a task due, a
+    call approved) but were never woken; returns how many conversations were re-enqueued."""
     desk = services()
     dispatcher = desk.dispatcher
     recovered = []
@@ -69,7 +69,7 @@ def sweep() -> int:
                 recovered.append((cid, *claim))
         woken = list(decisions.expire_due(db.session))
         db.session.commit()
-        for conversation in sweeper.overdue_tasks(db.session, grace_seconds=desk.config.sweep_interval_seconds):
+        for conversation in sweeper.stranded(db.session, grace_seconds=desk.config.sweep_interval_seconds):
             cid, tenant_id = conversation.id, conversation.tenant_id
             version = moves.wake(db.session, conversation)
             db.session.commit()

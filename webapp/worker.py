@@ -38,7 +38,7 @@ def run_worker(app: Flask, burst: bool = False, name: str | None = None) -> bool
         logs.configure(app)  # JSON lines; RQ's own loggers then write through it too
         desk = services()
         # SimpleWorker runs jobs in this process: no fork per job, so the engine's connection pool
-        # stays valid and a move costs no process start (figures in docs/performance.md).
+        # stays valid and a move costs no process start (figures in the README, "Performance").
         queues = [desk.dispatcher.queue, desk.dispatcher.background_queue]  # moves first, always
         worker = SimpleWorker(queues, connection=desk.dispatcher.redis, name=name)
         stop = threading.Event()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -10,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from tests.model_server import Fault, Reply
 from tests.replies import reply, tool_use
-from webapp.agent import moves
+from webapp.agent import moves, sweeper
 from webapp.agent.decisions import arguments_hash, decide
 from webapp.agent.loop import Loop
 from webapp.agent.moves import TransientMoveError, advance
@@ -180,6 +181,59 @@ def test_a_decision_landing_while_a_move_parks_wakes_the_conversation_instead(se
     assert loop.conversation.status == "queued"
     assert mover(loop).outcome == "run_tool"
     assert session.scalar(select(func.count(Refund.id))) == 1
+
+
+def test_a_decision_committing_while_a_move_commits_its_park_still_wakes_it(
+    session, new_loop, mover, model, engine, monkeypatch
+):
+    """The move has checked that no call was decided and is committing its park; a decision made in
+    another process at that moment must wake the conversation (it waits for the park, then wakes it)."""
+    model.enqueue(Reply.message(reply(tool_use("issue_refund", REFUND))))
+    loop = started(session, new_loop, "refund")
+    mover(loop)  # generate; the next move parks on the refund
+    woke: dict = {}
+
+    def decide_elsewhere():
+        with Session(engine) as other:
+            call = other.scalar(select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id))
+            reviewer = other.scalar(select(User).where(User.email == "reviewer@acme.test"))
+            woke["version"] = decide(other, call, reviewer, approve=True, arguments_seen=arguments_hash(call.input))
+            other.commit()
+
+    real_commit, commits = session.commit, []
+
+    def commit_while_a_decision_races():
+        commits.append(1)
+        if len(commits) != 2:  # the move's second commit: its park, checked and about to land
+            return real_commit()
+        racer = threading.Thread(target=decide_elsewhere)
+        racer.start()
+        racer.join(0.5)  # it waits for our commit (a row lock, or SQLite's write lock)
+        real_commit()
+        racer.join(30)
+
+    monkeypatch.setattr(session, "commit", commit_while_a_decision_races)
+    assert mover(loop).outcome == "wait"
+    monkeypatch.setattr(session, "commit", real_commit)
+    assert woke["version"] is not None, "the decision did not wake the parked conversation"
+    session.refresh(loop.conversation)
+    assert loop.conversation.status == "queued" and loop.conversation.version == woke["version"]
+    assert mover(loop).outcome == "run_tool"
+    assert session.scalar(select(func.count(Refund.id))) == 1
+
+
+def test_the_sweeper_wakes_a_parked_conversation_whose_approved_call_nobody_enqueued(session, new_loop, mover, model):
+    model.enqueue(Reply.message(reply(tool_use("issue_refund", REFUND))))
+    loop = started(session, new_loop, "refund")
+    mover(loop)
+    assert mover(loop).outcome == "wait"
+    call = session.scalar(select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id))
+    call.status, call.decided_at = "approved", utcnow() - timedelta(seconds=60)  # a wake-up that never came
+    session.commit()
+    assert [c.id for c in sweeper.stranded(session, grace_seconds=30)] == [loop.conversation.id]
+    call.decided_at = utcnow()
+    session.commit()
+    assert sweeper.stranded(session, grace_seconds=30) == []  # within the grace, a wake-up may be on its way
 
 
 def test_cancel_wakes_a_parked_conversation_and_its_next_move_settles_it(session, new_loop, mover, model):

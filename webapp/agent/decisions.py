@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from webapp import audit
-from webapp.agent.moves import wake
+from webapp.agent.moves import lock_conversation, wake
 from webapp.agent.states import CallStatus
 from webapp.models import Conversation, Decision, ToolCall, User, utcnow
 from webapp.tools.registry import ToolRegistry
@@ -95,9 +95,12 @@ def decide(
     reason = (reason or "").strip()
     if not approve and not reason:
         raise DecisionError("reason_required", "Say why you reject this call; the model is told your reason.")
-    # Decisions on one call take turns (a row lock on PostgreSQL; SQLite's BEGIN IMMEDIATE already
-    # serializes writers): two people approving at once must not each count only their own approval
-    # and leave a call that needs both waiting forever.
+    # Decisions take turns with each other and with the move that parks the conversation (row locks
+    # on PostgreSQL, conversation first; SQLite's BEGIN IMMEDIATE already serializes writers). Two
+    # people approving at once must not each count only their own approval; and a decision must not
+    # commit between a parking move's check for decided calls and its commit, where neither the move
+    # (it saw the call waiting) nor the decision (it saw the conversation running) would wake it.
+    lock_conversation(session, conversation)
     session.execute(select(ToolCall.id).where(ToolCall.id == call.id).with_for_update())
     session.refresh(call)
     if call.status != CallStatus.AWAITING_APPROVAL:

@@ -270,6 +270,15 @@ def _fail(session: Session, conversation_id: int, version: int, owner: str, code
 # --- wake-ups from outside a move (web requests, decisions, the sweeper) --------------------------
 
 
+def lock_conversation(session: Session, conversation: Conversation) -> None:
+    """Wait for any move committing on this conversation, then read it afresh (FOR UPDATE on
+    PostgreSQL). A change from outside that a parked move must see (a decision, a person's input)
+    takes this lock before it writes: a move either sees the change when it checks before parking,
+    or has parked by the time the change wakes it."""
+    session.execute(select(Conversation.id).where(Conversation.id == conversation.id).with_for_update())
+    session.refresh(conversation)
+
+
 def wake(session: Session, conversation: Conversation, from_statuses=AWAITING) -> int | None:
     """Move a parked conversation back to queued (compare-and-set); returns the version to enqueue.
 
@@ -330,6 +339,8 @@ class InputRefused(Exception):
 def give_input(session: Session, call: ToolCall, text: str) -> int | None:
     """Hand a person's input to the call's input_required task: the next move gives it to the tool.
     Returns the version to enqueue (None: a move in flight picks it up). The caller commits."""
+    conversation = session.get(Conversation, call.conversation_id)
+    lock_conversation(session, conversation)
     locked = session.scalar(
         select(ToolCall).where(ToolCall.id == call.id).with_for_update().execution_options(populate_existing=True)
     )
@@ -346,7 +357,7 @@ def give_input(session: Session, call: ToolCall, text: str) -> int | None:
     locked.task_input = text
     locked.task_due_at = utcnow()
     session.flush()
-    return wake(session, session.get(Conversation, locked.conversation_id))
+    return wake(session, conversation)
 
 
 def extend_budget(session: Session, conversation: Conversation, moves: int = 0, tokens: int = 0) -> int | None:

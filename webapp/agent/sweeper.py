@@ -83,16 +83,18 @@ def has_due_task(session: Session, conversation_id: int) -> bool:
     )
 
 
-def overdue_tasks(session: Session, grace_seconds: float, limit: int = 500) -> list[Conversation]:
-    """Parked conversations with a task due for longer than the grace: their wake-up was lost (Redis
-    restarted, or the process died between its commit and scheduling it)."""
+def stranded(session: Session, grace_seconds: float, limit: int = 500) -> list[Conversation]:
+    """Parked conversations that should be moving for longer than the grace: a task is due (its
+    wake-up was lost: Redis restarted, or the process died between its commit and scheduling it), or
+    a call was approved and nothing woke the conversation (the process died before enqueueing)."""
     late = utcnow() - timedelta(seconds=grace_seconds)
+    approved = (ToolCall.status == CallStatus.APPROVED) & (ToolCall.decided_at <= late)
     return list(
         session.scalars(
             select(Conversation)
             .where(
                 Conversation.status.in_((ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TASK)),
-                Conversation.id.in_(select(ToolCall.conversation_id).where(_due_tasks(late))),
+                Conversation.id.in_(select(ToolCall.conversation_id).where(_due_tasks(late) | approved)),
             )
             .limit(limit)
         )
