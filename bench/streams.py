@@ -7,26 +7,24 @@ Runs the real parts: a local Messages API endpoint streaming one numbered word p
 the web server (`flask run --with-threads`, as `bin/demo` does), an embedded Redis, SQLite. A word's
 latency is its arrival on /live/conversations/<id> minus the moment the endpoint wrote it (one clock:
 both ends live in this process); it includes the worker's 50 ms batching of deltas. The browser's own
-swap of the text adds a few milliseconds on top. Prints a table and writes JSON to bench/results/.
+swap of the text adds a few milliseconds on top. Prints tables and writes JSON (and the tables as
+Markdown) to bench/results/.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import httpx2
 
-from bench.moves import ROOT, backend_env, make_app, percentile, prepare
+from bench.common import ROOT, Table, backend, make_app, new_report, prepare, save, stats
 from tests.model_server import ModelServer
 
 WORDS = 300
@@ -109,11 +107,7 @@ def measure_latency(base: str, model: TimedModelServer) -> dict:
             if len(arrived) >= WORDS:
                 break
     latencies = [(arrived[w] - model.sent[w]) * 1000 for w in arrived if w in model.sent]
-    return {
-        "count": len(latencies),
-        "p50_ms": round(statistics.median(latencies), 1),
-        "p95_ms": round(percentile(latencies, 95), 1),
-    }
+    return stats(latencies, 1)
 
 
 def open_streams(base: str, cookie: str, count: int) -> list[socket.socket]:
@@ -143,11 +137,12 @@ def measure_capacity(base: str, counts: list[int]) -> list[dict]:
                 started = time.perf_counter()
                 assert reviewer.get("/approvals/badge").status_code == 200
                 times.append((time.perf_counter() - started) * 1000)
+            figures = stats(times, 1)
             rows.append(
                 {
                     "open_streams": count,
-                    "other_request_p50_ms": round(statistics.median(times), 1),
-                    "other_request_p95_ms": round(percentile(times, 95), 1),
+                    "other_request_p50_ms": figures["p50_ms"],
+                    "other_request_p95_ms": figures["p95_ms"],
                 }
             )
     finally:
@@ -164,7 +159,7 @@ def main() -> None:
         counts = sorted(int(n) for n in args.streams.split(","))
     except ValueError:
         parser.error("--streams takes comma-separated whole numbers, e.g. 50,200")
-    with TimedModelServer() as model, backend_env("sqlite", None, None) as env:
+    with TimedModelServer() as model, backend("sqlite") as env:
         env = {**env, **model.env()}
         app = make_app(env)
         prepare(app)
@@ -187,23 +182,14 @@ def main() -> None:
             for process in (worker, web):
                 process.terminate()
                 process.wait(10)
-    report = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(),
-        "delta_latency": latency,
-        "capacity": capacity,
-    }
-    print(
-        f"\nStreamed word, model endpoint to live-stream reader ({latency['count']} words): "
-        f"p50 {latency['p50_ms']} ms, p95 {latency['p95_ms']} ms"
-    )
-    print(f"\n{'open streams':>12} {'other request p50 ms':>22} {'p95 ms':>8}")
+    report = {**new_report(), "delta_latency": latency, "capacity": capacity}
+    del report["backends"]
+    word = Table("A streamed word, model endpoint to live-stream reader (ms)", ["words", "p50", "p95", "p99"])
+    word.add(latency["count"], latency["p50_ms"], latency["p95_ms"], latency["p99_ms"])
+    held = Table("Open live streams on one web process, another request meanwhile (ms)", ["open streams", "p50", "p95"])
     for row in capacity:
-        print(f"{row['open_streams']:>12} {row['other_request_p50_ms']:>22} {row['other_request_p95_ms']:>8}")
-    out = ROOT / "bench" / "results" / f"streams-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(f"\nJSON: {out.relative_to(ROOT)}")
+        held.add(row["open_streams"], row["other_request_p50_ms"], row["other_request_p95_ms"])
+    save("streams", report, [word, held])
 
 
 if __name__ == "__main__":

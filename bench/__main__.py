@@ -1,0 +1,5 @@
+"""`python -m bench`: see bench/suite.py, or run it with --help."""
+
+from bench.suite import main
+
+main()

@@ -1,0 +1,98 @@
+"""A bench-only worker entry point that runs the moves queue with the RQ worker class you name, so
+the benchmark can compare them (the app's own `flask --app webapp worker` always runs SimpleWorker).
+
+    .venv/bin/python -m bench.worker --class simple|fork|spawn [--burst] [--name NAME]
+
+- simple: rq.SimpleWorker, the app's choice: every job runs in the worker process.
+- fork:   rq.Worker: every job runs in a child forked from the worker (os.fork per job). The parent
+          imports the job code and warms the SDK (two model calls to the in-process demo model) so
+          each child inherits them, and each child drops the inherited database pool (connections
+          must not cross a fork). SQLAlchemy's statement cache still starts empty in every child.
+- spawn:  rq.SpawnWorker: every job runs in a new interpreter (os.posix_spawn per job), which must
+          import the app and build it before the move can run.
+
+Like the app's worker it runs inside the app context, with RQ's scheduler and the sweep ticker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+
+from rq import SimpleWorker, SpawnWorker, Worker
+
+_spawned_app = None
+
+
+class ForkWorker(Worker):
+    """rq.Worker, with the inherited SQLAlchemy pool dropped in each forked child."""
+
+    def main_work_horse(self, job, queue):
+        from webapp.extensions import db
+
+        db.engine.dispose(close=False)  # the parent's connections stay the parent's
+        return super().main_work_horse(job, queue)
+
+
+class AppSpawnWorker(SpawnWorker):
+    """rq.SpawnWorker whose horse (a fresh interpreter) builds the app and enters its context."""
+
+    def main_work_horse(self, job, queue):
+        global _spawned_app
+        if _spawned_app is None:
+            from webapp import create_app
+
+            _spawned_app = create_app()
+            _spawned_app.app_context().push()
+        return super().main_work_horse(job, queue)
+
+
+CLASSES = {"simple": SimpleWorker, "fork": ForkWorker, "spawn": AppSpawnWorker}
+LABELS = {"simple": "rq.SimpleWorker", "fork": "rq.Worker", "spawn": "rq.SpawnWorker"}
+
+
+def warm_up(client, tools: list[dict]) -> None:
+    """Two model calls through the SDK (a tool call and a text answer) in the parent, so forked
+    children inherit the SDK's built pydantic schemas instead of each building them (~0.3 s)."""
+    system = [{"type": "text", "text": "warm-up"}]
+    client.generate(system=system, tools=tools, messages=[{"role": "user", "content": "Look up customer 4471"}])
+    client.generate(system=system, tools=tools, messages=[{"role": "user", "content": "Hello"}])
+
+
+def run(kind: str, burst: bool = False, name: str | None = None) -> bool:
+    from webapp import create_app
+    from webapp.llm.client import model_client
+    from webapp.services import services
+    from webapp.worker import start_sweep_ticker
+
+    app = create_app()
+    with app.app_context():
+        desk = services()
+        import jobs.moves  # noqa: F401  (imported once here, inherited by forked children)
+
+        if kind == "fork":
+            warm_up(model_client(desk.config), desk.tools.definitions())
+        worker = CLASSES[kind]([desk.dispatcher.queue], connection=desk.dispatcher.redis, name=name)
+        stop = threading.Event()
+        if not burst:
+            start_sweep_ticker(app, stop)
+        try:
+            return worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+        finally:
+            stop.set()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--class", dest="kind", choices=sorted(CLASSES), default="simple")
+    parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    parser.add_argument("--name", default=None, help="worker name (default: RQ's)")
+    args = parser.parse_args()
+    run(args.kind, burst=args.burst, name=args.name)
+
+
+if __name__ == "__main__":
+    # Run from the imported module, not __main__: SpawnWorker's horse must import the worker class.
+    from bench.worker import main as imported_main
+
+    imported_main()
