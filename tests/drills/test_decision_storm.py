@@ -141,6 +141,9 @@ def test_two_hundred_concurrent_decisions_decide_each_call_once_and_losers_hear_
         done = wait_status(api, cid, "completed", timeout=90)
         assert_valid_transcript(done)
         settled = read(lambda s, cid=cid: calls_of(s, cid))
-        assert {c.status for c in settled} <= {"succeeded", "rejected"}, [(c.id, c.status) for c in settled]
+        assert {c.status for c in settled} <= {"succeeded", "rejected", "failed"}, [(c.id, c.status) for c in settled]
+        for c in settled:  # calls run in the order they are approved: a refund approved after its
+            if c.status == "failed":  # account was closed is refused by the tool, in words
+                assert c.name == "issue_refund" and "belongs to closed account" in c.result, (c.id, c.result)
         problems = read(lambda s, settled=settled: side_effects_once(s, settled, since))
         assert not problems, f"conversation {cid} (seed {seed}): {problems}"
