@@ -4,10 +4,12 @@ HTTP endpoint, and RQ workers as subprocesses."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -266,10 +268,15 @@ class _AsUser:
 
 
 class WorkerProcess:
-    """`flask --app webapp worker` as a real subprocess."""
+    """A real RQ worker in its own process, doing what `flask --app webapp worker` does: forked from the
+    session's zygote (milliseconds: the app's imports are paid once), or with via_cli that command."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, zygote: Zygote | None) -> None:
         self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+        if zygote is not None:
+            self.pid = zygote.fork(log_path, env)
+            return
         self.log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "flask", "--app", "webapp", "worker"],
@@ -279,46 +286,106 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self.pid = self.process.pid
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
+    def alive(self) -> bool:
+        return self.process.poll() is None if self.process is not None else process_alive(self.pid)
 
     def kill(self) -> None:
         """SIGKILL: the worker dies without a chance to clean up, as in a crash."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
+        if self.alive():
+            os.killpg(self.pid, signal.SIGKILL)
+        self._gone(10)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
+        if self.alive():
+            os.killpg(self.pid, signal.SIGTERM)
+            if not self._gone(10):
                 self.kill()
-        self.log.close()
+        if self.process is not None:
+            self.log.close()
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def _gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+
+class Zygote:
+    """tests/zygote.py as a subprocess: forks workers in milliseconds instead of seconds."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.zygote"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.lock = threading.Lock()
+        ready = self.process.stdout.readline()
+        if not ready:
+            pytest.fail(f"the worker zygote exited with {self.process.wait(10)}")
+
+    def fork(self, log_path: Path, env: dict[str, str]) -> int:
+        with self.lock:
+            self.process.stdin.write(json.dumps({"log": str(log_path), "env": env}) + "\n")
+            self.process.stdin.flush()
+            return json.loads(self.process.stdout.readline())["pid"]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self.process.stdout.close()
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def zygote(base_env, migrated) -> Iterator[Zygote]:
+    """One process that imported the app, forking workers for the whole session."""
+    parent = Zygote(base_env)
+    yield parent
+    parent.stop()
+
 
 @pytest.fixture
-def workers(env, tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start worker subprocesses: workers() starts one and waits until it has registered."""
+def workers(env, tmp_path, zygote) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start workers: workers(**settings) starts one and waits until it has registered; with
+    via_cli=True it runs `flask --app webapp worker` itself."""
     started: list[WorkerProcess] = []
     connection = redis_lib.Redis.from_url(env["REDIS_URL"])
 
-    def start(**overrides: str) -> WorkerProcess:
+    def start(via_cli: bool = False, **overrides: str) -> WorkerProcess:
         before = Worker.count(connection=connection)
-        worker = WorkerProcess({**env, **overrides}, tmp_path / f"worker-{len(started)}.log")
+        log = tmp_path / f"worker-{len(started)}.log"
+        worker = WorkerProcess({**env, **overrides}, log, None if via_cli else zygote)
         started.append(worker)
         wait_until(
-            lambda: Worker.count(connection=connection) > before or worker.process.poll() is not None,
+            lambda: Worker.count(connection=connection) > before or not worker.alive(),
             30,
             "a worker to register",
         )
-        assert worker.process.poll() is None, worker.output()
+        assert worker.alive(), worker.output()
         return worker
 
     yield start

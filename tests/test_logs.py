@@ -119,7 +119,7 @@ def test_a_web_request_logs_its_request_id_and_the_conversation_of_its_url(app, 
 
 @pytest.mark.slow
 def test_a_worker_writes_json_lines_carrying_the_conversation_and_job_ids(app, api, workers):
-    worker = workers(LOG_FORMAT="json", LOG_LEVEL="INFO")
+    worker = workers(via_cli=True, LOG_FORMAT="json", LOG_LEVEL="INFO")  # the command itself
     created = api.as_("agent@acme.test").post("/api/conversations", json={"message": "hello"}).json
     conversation_id = created["id"]
 

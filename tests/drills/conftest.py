@@ -1,4 +1,4 @@
-"""Fixtures of the fault drills: the worker zygote (once per session) and a pool of forked workers."""
+"""Fixtures of the fault drills: a pool of workers forked from the session's zygote (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.drills.support import WorkerPool, Zygote, api_with
+from tests.drills.support import WorkerPool, api_with
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "drill: a fault drill on real processes (tests/drills); runs in every pytest run"
     )
-
-
-@pytest.fixture(scope="session")
-def zygote(base_env, migrated) -> Iterator[Zygote]:
-    parent = Zygote(base_env)
-    yield parent
-    parent.stop()
 
 
 @pytest.fixture

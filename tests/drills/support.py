@@ -10,7 +10,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -19,14 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import redis as redis_lib
 from rq import Worker
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from werkzeug.serving import make_server
 
-from tests.conftest import ROOT, wait_until
+from tests.conftest import Zygote, process_alive, wait_until
 from tests.replies import reply, tool_use
 from tests.replies import text as text_block
 from webapp.models import AuditEvent, Customer, Invoice, OutgoingEmail, Refund, Subscription, Tenant, ToolCall
@@ -49,49 +47,6 @@ def free_port() -> int:
 # --- workers --------------------------------------------------------------------------------------
 
 
-class Zygote:
-    """tests/drills/zygote.py as a subprocess: forks workers in milliseconds instead of seconds."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.drills.zygote"],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        self.lock = threading.Lock()
-        ready = self.process.stdout.readline()
-        if not ready:
-            pytest.fail(f"the worker zygote exited with {self.process.wait(10)}")
-
-    def fork(self, log_path: Path, env: dict[str, str]) -> int:
-        with self.lock:
-            self.process.stdin.write(json.dumps({"log": str(log_path), "env": env}) + "\n")
-            self.process.stdin.flush()
-            return json.loads(self.process.stdout.readline())["pid"]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        self.process.stdout.close()
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 class WorkerPool:
     """Real RQ workers (forks of the zygote) for one drill: start, SIGKILL, and stop them all."""
 
@@ -111,7 +66,7 @@ class WorkerPool:
             connection = redis_lib.Redis.from_url(overrides.get("REDIS_URL", self.env["REDIS_URL"]))
             wait_until(
                 lambda: (
-                    f"drill-worker-{pid}" in {w.name for w in Worker.all(connection=connection)}
+                    f"test-worker-{pid}" in {w.name for w in Worker.all(connection=connection)}
                     or not process_alive(pid)
                 ),
                 30,

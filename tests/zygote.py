@@ -52,7 +52,7 @@ def _worker(log_path: str, env: dict[str, str]) -> None:
         from webapp import create_app
         from webapp.worker import run_worker
 
-        run_worker(create_app(), name=f"drill-worker-{os.getpid()}")
+        run_worker(create_app(), name=f"test-worker-{os.getpid()}")
         code = 0
     except BaseException:  # the log must say why a worker ended
         traceback.print_exc()
