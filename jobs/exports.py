@@ -16,6 +16,7 @@ from webapp.logs import bind_job
 from webapp.models import Customer, Invoice, Refund, utcnow
 from webapp.queue import background_cancel_key
 from webapp.services import services
+from webapp.tools.billing import customer_dict
 
 PARTS = ("profile", "invoices", "refunds")
 
@@ -73,16 +74,7 @@ def _read(part: str, tenant_id: int, customer_id: int):
         customer = session.scalar(select(Customer).where(Customer.id == customer_id, Customer.tenant_id == tenant_id))
         if customer is None:
             raise LookupError(f"no customer {customer_id} in tenant {tenant_id}")
-        return {
-            "id": customer.id,
-            "name": customer.name,
-            "email": customer.email,
-            "plan": customer.plan,
-            "status": customer.status,
-            "notes": customer.notes,
-            "created_at": customer.created_at,
-            "closed_at": customer.closed_at,
-        }
+        return {**customer_dict(customer), "created_at": customer.created_at, "closed_at": customer.closed_at}
     invoices = session.scalars(
         select(Invoice).where(Invoice.customer_id == customer_id, Invoice.tenant_id == tenant_id).order_by(Invoice.id)
     ).all()

@@ -20,10 +20,11 @@ from flask_login import current_user
 from rq import Worker
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 
 from webapp import conversations
-from webapp.agent.states import MOVING, ConversationStatus
+from webapp.agent import sweeper
+from webapp.agent.states import ConversationStatus
 from webapp.errors import Refused
 from webapp.extensions import db
 from webapp.metrics import queue_counts
@@ -72,20 +73,9 @@ def index():
         .order_by(Conversation.updated_at.desc())
         .limit(LIST_LIMIT)
     ).all()
-    grace = timedelta(seconds=config.sweep_interval_seconds)
-    moving = db.session.scalars(
-        select(Conversation)
-        .where(
-            tenant,
-            Conversation.status.in_(MOVING),
-            or_(
-                Conversation.lease_expires_at < now,
-                and_(Conversation.lease_owner.is_(None), Conversation.updated_at < now - grace),
-            ),
-        )
-        .order_by(Conversation.updated_at)
-        .limit(LIST_LIMIT)
-    ).all()
+    moving = sweeper.stalled(
+        db.session, config.sweep_interval_seconds, limit=LIST_LIMIT, tenant_id=current_user.tenant_id
+    )
     waiting_since = now - timedelta(hours=config.stale_approval_hours)
     waiting = db.session.scalars(
         select(Conversation)
@@ -98,14 +88,15 @@ def index():
         .limit(LIST_LIMIT)
     ).all()
     view = _redis_view(current_user.tenant_id)
-    stuck = [_stuck_reason(c, now, view) for c in moving]
+    stuck = [row for row in (_stuck_reason(c, now, view) for c in moving) if row is not None]
+    stuck += [
+        (c, f"waiting for a decision for {(now - c.updated_at).total_seconds() / 3600:.1f} hours") for c in waiting
+    ]
     return render_template(
         "ops/index.html",
         view=view,
         failed=failed,
-        stuck=[row for row in stuck if row is not None],
-        waiting=waiting,
-        now=now,
+        stuck=stuck,
         config=config,
         queue_name=config.queue_name,
     )

@@ -16,13 +16,18 @@ from webapp.agent.states import MOVING, CallStatus, ConversationStatus
 from webapp.models import Conversation, ToolCall, utcnow
 
 
-def stalled(session: Session, grace_seconds: float, limit: int = 500) -> list[Conversation]:
-    """Conversations whose lease expired, or queued without a lease for longer than the grace."""
+def stalled(
+    session: Session, grace_seconds: float, limit: int = 500, tenant_id: int | None = None
+) -> list[Conversation]:
+    """Conversations whose lease expired, or queued without a lease for longer than the grace (of
+    one tenant, for its operations page, or of all)."""
     now = utcnow()
+    scope = [Conversation.tenant_id == tenant_id] if tenant_id is not None else []
     return list(
         session.scalars(
             select(Conversation)
             .where(
+                *scope,
                 Conversation.status.in_(MOVING),
                 or_(
                     Conversation.lease_expires_at < now,

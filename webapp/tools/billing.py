@@ -56,7 +56,7 @@ def _refunded_cents(context: ToolContext, invoice_id: int) -> int:
     return int(total or 0)
 
 
-def _customer_dict(customer: Customer) -> dict:
+def customer_dict(customer: Customer) -> dict:
     return {
         "id": customer.id,
         "name": customer.name,
@@ -101,7 +101,7 @@ class LookupCustomer(Tool):
             .order_by(Customer.id)
             .limit(10)
         ).all()
-        return {"query": input.query, "count": len(rows), "customers": [_customer_dict(c) for c in rows]}
+        return {"query": input.query, "count": len(rows), "customers": [customer_dict(c) for c in rows]}
 
 
 class LookupInvoices(Tool):
