@@ -256,7 +256,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        if len(raw) < length:
+            # The client died mid-send (a drill SIGKILLs workers): the API
+            # never received a request, so there is nothing to answer or judge.
+            self.close_connection = True
+            return
         if self.path.split("?")[0] != "/v1/messages":
             self.send_json(404, api_error(404, f"Not found: {self.path}"), {})
             return

@@ -276,6 +276,25 @@ def test_server_rejects_and_records_invalid_requests(model_server):
     assert rejected.body["max_tokens"] == 5
 
 
+def test_a_client_killed_mid_send_is_not_a_request(model_server):
+    """A drill SIGKILLs a worker while it writes: half a body reached nobody's API."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(model_server.url)
+    body = json.dumps(HELLO).encode()
+    with socket.create_connection((url.hostname, url.port)) as sock:
+        sock.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body[: len(body) // 2]
+        )
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(100) == b""  # hung up, no answer
+    assert model_server.invalid_requests == [] and model_server.requests == []
+    assert http_client(model_server).messages.create(**HELLO).stop_reason == "end_turn"
+
+
 @pytest.mark.parametrize(
     ("fault", "error_class", "error_type"),
     [
