@@ -32,7 +32,13 @@
       if (selected) { event.preventDefault(); window.location.assign(selected.dataset.href); }
     } else if (key === "a") {
       var approve = document.getElementById("approve-button");
-      if (approve) { event.preventDefault(); approve.click(); }
+      if (approve) {
+        event.preventDefault();
+        // A panel htmx swapped in is only wired up at settle (20 ms later); wire it now, so the
+        // shortcut never falls back to a full-page submit.
+        if (window.htmx) htmx.process(approve.form);
+        approve.click();
+      }
     } else if (key === "r") {
       var reason = document.getElementById("reject-reason");
       if (reason) { event.preventDefault(); reason.focus(); }

@@ -89,6 +89,28 @@ def test_a_decision_taken_elsewhere_removes_the_buttons_from_an_open_decision_pa
     expect(reviewer.locator(".settled")).to_contain_text("Decided by Acme Corp reviewer2")
 
 
+def test_the_approve_shortcut_right_after_a_panel_refresh_still_decides_in_place(page_for, workers):
+    """A live refresh swaps the panel in and htmx wires it up only at settle; a key pressed in
+    between must not fall back to a full-page form post that leaves the page."""
+    workers()
+    agent = page_for("agent@acme.test")
+    ask(agent, REFUND_REQUEST)
+    expect(agent.locator(".tool-call").first).to_contain_text("Waiting for approval")
+    reviewer = page_for("reviewer@acme.test")
+    reviewer.goto("/approvals")
+    reviewer.locator("#approval-list a").first.click()
+    expect(reviewer.locator("#approve-button")).to_be_visible()
+    reviewer.wait_for_load_state("load")
+    decision_url = reviewer.url
+    reviewer.evaluate("htmx.config.defaultSettleDelay = 5000")  # widen the window a person hits by luck
+    with reviewer.expect_response(re.compile(r"/panel$")):
+        reviewer.evaluate("document.body.dispatchEvent(new CustomEvent('htmx:sseOpen'))")
+    reviewer.wait_for_timeout(100)  # swapped, not yet settled
+    reviewer.keyboard.press("a")
+    expect(reviewer.locator("#decision-panel .settled")).to_contain_text("approved")
+    assert reviewer.url == decision_url
+
+
 def test_streamed_text_appears_before_the_model_call_ends(page_for, workers, model):
     gate = threading.Event()
     model.enqueue(Reply.held(gate), match="[[long answer]]")
