@@ -134,13 +134,18 @@ def test_a_worker_killed_inside_a_tool_call_resumes_it_under_its_idempotency_key
     calls = wait_status(api, conversation_id, "awaiting_approval")["tool_calls"]
     with engine.connect() as blocker:  # the refund of invoice 4402 will wait on this row lock
         blocker.execute(text_sql("SELECT id FROM invoices WHERE id = 4402 FOR UPDATE"))
-        for call in calls:
-            decide_call(api, call["id"])
+        decide_call(api, calls[0]["id"])
+        decide_call(api, calls[1]["id"])
         wait_until(
             lambda: count(read, Refund) == 1 and read(lambda s: s.get(ToolCall, calls[1]["id"]).status) == "running",
             30,
             "the second refund to be claimed and stuck inside the tool",
         )
+        # A reviewer deciding the third call is not held up by the second's tool, however long it takes.
+        third = threading.Thread(target=decide_call, args=(api, calls[2]["id"]), daemon=True)
+        third.start()
+        third.join(10)
+        assert not third.is_alive(), "the decision waited for another call's running tool"
         worker.kill()
         blocker.rollback()
     workers()  # the dead worker's lease expires; the sweeper hands the move to this one

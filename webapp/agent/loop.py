@@ -390,8 +390,11 @@ class Loop:
             self.settle_round_if_complete()
             c.status = ConversationStatus.QUEUED
         elif move.kind == "run_tool":
-            c.moves_used += 1
+            # Nothing touches the conversation's row before the tool has run: a flushed change would
+            # hold its lock for as long as the tool takes, and a decision on another call of the
+            # conversation (which locks that row first) would wait for the tool.
             self.run_call(move.call)
+            c.moves_used += 1
             c.status = ConversationStatus.QUEUED
         elif move.kind == "resume_task":  # not counted against the budget: waiting is not working
             self.resume_task(move.call)
