@@ -141,7 +141,9 @@ def test_a_transient_error_on_the_last_attempt_fails_the_conversation_in_words(s
     assert mover(loop, final_attempt=True).outcome == "failed"
     session.refresh(loop.conversation)
     assert loop.conversation.status == "failed"
-    assert loop.conversation.error_message == "The model service is overloaded; retrying later."
+    assert loop.conversation.error_message == (
+        "The model service is overloaded. It still failed after retrying; press Retry once the service is back."
+    )
 
 
 def test_a_permanent_model_error_fails_at_once_and_retry_requeues(session, new_loop, mover, model):

@@ -93,7 +93,10 @@ def advance(
         if error.transient and not final_attempt:
             _release(session, conversation_id, owner)
             raise TransientMoveError(error) from error
-        return _fail(session, conversation_id, version, owner, error.code, error.message)
+        message = error.message
+        if error.transient:  # the job's retries are spent: say so, not "retrying"
+            message += " It still failed after retrying; press Retry once the service is back."
+        return _fail(session, conversation_id, version, owner, error.code, message)
     except Exception as error:
         if _database_lost(error, final_attempt):
             log.warning("move of conversation %s lost the database; it will be retried: %s", conversation_id, error)

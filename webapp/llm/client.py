@@ -167,16 +167,16 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
         if error_type in TRANSIENT_ERROR_TYPES:
             return ModelError(
                 "overloaded" if error_type == "overloaded_error" else "service_error",
-                "The model service failed while answering; retrying later.",
+                "The model service failed while answering.",
                 transient=True,
             )
         return ModelError(
             "request_rejected", f"The model service stopped answering: {_error_detail(exc)}", transient=False
         )
     if status == 429:
-        return ModelError("rate_limited", "The model service is rate limiting us; retrying later.", transient=True)
+        return ModelError("rate_limited", "The model service is rate limiting us.", transient=True)
     if status == 529 or isinstance(exc, anthropic.OverloadedError):
-        return ModelError("overloaded", "The model service is overloaded; retrying later.", transient=True)
+        return ModelError("overloaded", "The model service is overloaded.", transient=True)
     if status >= 500 or status in (408, 409):
         return ModelError("service_error", f"The model service failed (HTTP {status}).", transient=True)
     if status == 401:
