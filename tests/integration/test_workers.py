@@ -191,7 +191,11 @@ def test_transient_errors_past_the_retries_fail_the_run_in_words_and_retry_recov
     workers()
     conversation_id = start(api, "Show invoices for customer 4471")
     failed = wait_status(api, conversation_id, "failed")
-    assert failed["error"] == {"code": "service_error", "message": "The model service failed (HTTP 500)."}
+    assert failed["error"] == {
+        "code": "service_error",
+        "message": "The model service failed (HTTP 500)."
+        " It still failed after retrying; press Retry once the service is back.",
+    }
     response = api.as_(AGENT).post(f"/api/conversations/{conversation_id}/retry")
     assert response.status_code == 202
     assert_valid_transcript(wait_status(api, conversation_id, "completed"))
