@@ -242,6 +242,7 @@ class Loop:
             should_stop=self.should_stop,
         )
         deltas.flush()
+        self.hold()
         self._record_usage(reply)
         content = reply.content
         if reply.stop_reason == "cancelled":
@@ -283,6 +284,7 @@ class Loop:
         """Execute a claimed call as the acting user; its result (or its open task) lands in the session."""
         with bind(tool_call_id=call.id):
             outcome = self.tools.run(call.name, call.input, self._context(call), self.settings.tool_output_limit)
+        self.hold()
         if outcome.task is not None:
             self._wait_on_task(call, outcome.task, progressed=True)
         else:
@@ -305,11 +307,11 @@ class Loop:
         """Hand a waiting task back to its tool (with a person's input, if one came): it settles the
         call, stays as it is, or moves on; a task without progress past its tool's limit fails."""
         pending_input = call.task_input
-        if pending_input is not None:  # (left alone otherwise: input may arrive while this move runs)
-            call.task_input = None
         try:
             task = Task.from_dict(call.task).with_input(pending_input)
         except TaskError as exc:
+            self.hold()
+            call.task_input = None
             self._finish(call, ToolOutcome(RESULT_TASK_UNREADABLE.format(error=exc), True))
             self._audit("task_finished", call, outcome=call.status, data={"error": str(exc)})
             self.settle_round_if_complete()
@@ -317,6 +319,9 @@ class Loop:
         context = self._context(call)
         with bind(tool_call_id=call.id):
             outcome = self.tools.resume(call.name, task, context, self.settings.tool_output_limit)
+        self.hold()
+        if pending_input is not None:  # (left alone otherwise: input may arrive while this move runs)
+            call.task_input = None
         if outcome.task is None:
             self._finish(call, outcome)
             self._audit("task_finished", call, outcome=call.status, data={"result_chars": len(outcome.content)})
@@ -369,6 +374,8 @@ class Loop:
     def perform(self, move: Move) -> None:
         """Do the move's work; the conversation's status says where it leaves things."""
         c = self.conversation
+        if move.kind not in ("run_tool", "resume_task", "generate"):  # those hold() after their work
+            self.hold()
         if move.kind == "cancel":
             self.honour_cancel()
         elif move.kind == "budget":
@@ -456,6 +463,18 @@ class Loop:
         self._audit("conversation_cancelled", outcome="cancelled", data={"requested_by": c.cancel_requested_by_id})
 
     # --- writing -------------------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Lock the conversation's row until the move commits, before writing anything else.
+
+        Whatever writes to a conversation locks in one order: its row, then its calls, then the
+        audit chain (decisions and a person's input take the row with lock_conversation()), so two
+        writers never deadlock. A move takes it after its work (the tool, the model call), never
+        before, so a decision on another call never waits for that work."""
+        with self.session.no_autoflush:
+            self.session.execute(
+                select(Conversation.id).where(Conversation.id == self.conversation.id).with_for_update()
+            )
 
     def _append(self, role: str, content: list[dict]) -> Message:
         last = self.last_row()
