@@ -70,9 +70,10 @@ def _conversation(conversation_id: int) -> Conversation:
         abort(exc.status, description=exc.message)
 
 
-def _render_conversation(conversation: Conversation, status: int = 200):
+def _render_conversation(conversation: Conversation, status: int = 200, keep_draft: bool = True):
     """The chat page, or for htmx only the conversation fragment (same template either way)."""
     context = {
+        "keep_draft": keep_draft,
         "conversation": conversation,
         "entries": transcript(conversation),
         "status_labels": STATUS_LABELS,
@@ -153,7 +154,7 @@ def post_message(conversation_id: int):
         conversations.post_message(db.session, current_user, conversation, request.form.get("message", ""))
     except Refused as exc:
         return _refused_here(conversation, exc)
-    return _after_action(conversation)
+    return _after_action(conversation, keep_draft=False)  # sent: the box empties
 
 
 @bp.post("/<int:conversation_id>/cancel")
@@ -209,9 +210,9 @@ def give_input(conversation_id: int, tool_call_id: int):
     return _after_action(conversation)
 
 
-def _after_action(conversation: Conversation):
+def _after_action(conversation: Conversation, keep_draft: bool = True):
     if request.headers.get("HX-Request"):
-        return _render_conversation(conversation)
+        return _render_conversation(conversation, keep_draft=keep_draft)
     return redirect(url_for("chat.show", conversation_id=conversation.id), code=303)
 
 

@@ -155,6 +155,28 @@ def test_stop_during_a_stream_leaves_a_conversation_that_carries_on(page_for, wo
     expect(agent.locator(".turn.assistant").last).to_contain_text("#4471")
 
 
+def test_a_draft_survives_live_refreshes_and_sending_empties_the_box(page_for, workers, model):
+    gate = threading.Event()
+    model.enqueue(Reply.held(gate), match="[[long answer]]")
+    workers(MODEL_TIMEOUT_SECONDS="120")
+    agent = page_for("agent@acme.test")
+    ask(agent, "[[long answer]] please")
+    box = agent.get_by_label("Your message")
+    expect(agent.locator("#live-answer .text")).not_to_be_empty()
+    box.fill("Thanks; next, show invoices for customer 4471")  # typed while the assistant still works
+    expect(agent.get_by_role("button", name="Send")).to_be_disabled()
+    with agent.expect_response(re.compile(r"/conversations/\d+$")):  # a live refresh of the conversation
+        agent.evaluate("document.getElementById('conversation-live').dispatchEvent(new CustomEvent('htmx:sseOpen'))")
+    gate.set()
+    expect(agent.locator("#conversation-status")).to_have_text("completed")
+    expect(box).to_have_value("Thanks; next, show invoices for customer 4471")
+    agent.get_by_role("button", name="Send").click()
+    expect(agent.locator(".turn.user").last).to_contain_text("show invoices for customer 4471")
+    expect(box).to_have_value("")
+    expect(agent.locator("#conversation-status")).to_have_text("completed")
+    expect(agent.locator(".turn.assistant").last).to_contain_text("#4471")
+
+
 def test_the_conversation_list_changes_status_live_when_a_decision_lands(page_for, workers, api_token):
     workers()
     agent = page_for("agent@acme.test")
