@@ -26,18 +26,10 @@ STREAM_SECONDS = 300  # then the browser reconnects (EventSource does so by itse
 KEEPALIVE_SECONDS = 15
 
 
-def tenant_channel(tenant_id: int) -> str:
-    return f"desk:tenant:{tenant_id}"
-
-
-def conversation_channel(conversation_id: int) -> str:
-    return f"desk:conversation:{conversation_id}"
-
-
 @bp.get("/tenant")
 @signed_in
 def tenant():
-    return _stream([tenant_channel(current_user.tenant_id)])
+    return _stream([services().dispatcher.tenant_channel(current_user.tenant_id)])
 
 
 @bp.get("/conversations/<int:conversation_id>")
@@ -47,7 +39,7 @@ def conversation(conversation_id: int):
         found = conversations.find(db.session, current_user, conversation_id)
     except Refused as exc:
         abort(exc.status, description=exc.message)
-    return _stream([conversation_channel(found.id)])
+    return _stream([services().dispatcher.conversation_channel(found.id)])
 
 
 def _stream(channels: list[str]) -> Response:

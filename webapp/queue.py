@@ -121,6 +121,19 @@ class Dispatcher:
             return self.redis.lpos(self.queue.key, job.id) is not None
         return status in LIVE_JOB_STATES
 
+    @cached_property
+    def _channel_prefix(self) -> str:
+        """Pub/sub channels are shared by every database of a Redis server, unlike keys: apps on
+        one server with different database numbers (staging beside production, parallel test runs)
+        would hear each other's live events, so a channel's name carries the database number."""
+        return f"desk:{self.redis.connection_pool.connection_kwargs.get('db', 0)}:"
+
+    def conversation_channel(self, conversation_id: int) -> str:
+        return f"{self._channel_prefix}conversation:{conversation_id}"
+
+    def tenant_channel(self, tenant_id: int) -> str:
+        return f"{self._channel_prefix}tenant:{tenant_id}"
+
     def publish(self, conversation_id: int, event: dict) -> None:
         """Best effort: a page that misses an event catches up from the database."""
         if event.get("type") == "text":  # so a page opened mid-answer can show the answer so far
@@ -129,7 +142,7 @@ class Dispatcher:
                 self.redis.pipeline().append(key, event["text"]).expire(key, 600).execute()
             except (redis.RedisError, OSError):
                 pass
-        self._publish(f"desk:conversation:{conversation_id}", event)
+        self._publish(self.conversation_channel(conversation_id), event)
 
     def partial_answer(self, conversation_id: int) -> str:
         """The text streamed so far by the move in flight ("" when none or Redis is away)."""
@@ -140,7 +153,7 @@ class Dispatcher:
         return value.decode("utf-8", errors="replace") if value else ""
 
     def publish_tenant(self, tenant_id: int, event: dict) -> None:
-        self._publish(f"desk:tenant:{tenant_id}", event)
+        self._publish(self.tenant_channel(tenant_id), event)
 
     def changed(self, tenant_id: int, conversation_id: int | None = None, move_done: bool = False) -> None:
         """Signal, after a commit, that a conversation or the tenant's approvals changed. Only the
