@@ -67,7 +67,8 @@ def test_a_reviewer_approves_in_another_browser_and_the_agents_page_shows_the_an
     expect(agent.locator("#conversation-status")).to_have_text("completed")
 
 
-def test_a_decision_taken_elsewhere_removes_the_buttons_from_an_open_decision_page(page_for, workers, api_token):
+def refund_waiting_on_a_reviewers_page(page_for, workers):
+    """An agent's refund waits for approval; a reviewer has its decision page open."""
     workers()
     agent = page_for("agent@acme.test")
     ask(agent, REFUND_REQUEST)
@@ -76,6 +77,11 @@ def test_a_decision_taken_elsewhere_removes_the_buttons_from_an_open_decision_pa
     reviewer.goto("/approvals")
     reviewer.locator("#approval-list a").first.click()
     expect(reviewer.locator("#approve-button")).to_be_visible()
+    return reviewer
+
+
+def test_a_decision_taken_elsewhere_removes_the_buttons_from_an_open_decision_page(page_for, workers, api_token):
+    reviewer = refund_waiting_on_a_reviewers_page(page_for, workers)
     call_id = int(reviewer.url.rsplit("/", 1)[1])
 
     other = page_for("reviewer2@acme.test")
@@ -92,14 +98,7 @@ def test_a_decision_taken_elsewhere_removes_the_buttons_from_an_open_decision_pa
 def test_the_approve_shortcut_right_after_a_panel_refresh_still_decides_in_place(page_for, workers):
     """A live refresh swaps the panel in and htmx wires it up only at settle; a key pressed in
     between must not fall back to a full-page form post that leaves the page."""
-    workers()
-    agent = page_for("agent@acme.test")
-    ask(agent, REFUND_REQUEST)
-    expect(agent.locator(".tool-call").first).to_contain_text("Waiting for approval")
-    reviewer = page_for("reviewer@acme.test")
-    reviewer.goto("/approvals")
-    reviewer.locator("#approval-list a").first.click()
-    expect(reviewer.locator("#approve-button")).to_be_visible()
+    reviewer = refund_waiting_on_a_reviewers_page(page_for, workers)
     reviewer.wait_for_load_state("load")
     decision_url = reviewer.url
     reviewer.evaluate("htmx.config.defaultSettleDelay = 5000")  # widen the window a person hits by luck
