@@ -397,11 +397,8 @@ class Loop:
             self.settle_round_if_complete()
             c.status = ConversationStatus.QUEUED
         elif move.kind == "run_tool":
-            # Nothing touches the conversation's row before the tool has run: a flushed change would
-            # hold its lock for as long as the tool takes, and a decision on another call of the
-            # conversation (which locks that row first) would wait for the tool.
             self.run_call(move.call)
-            c.moves_used += 1
+            c.moves_used += 1  # (after: a change flushed during the tool would lock the row while it runs)
             c.status = ConversationStatus.QUEUED
         elif move.kind == "resume_task":  # not counted against the budget: waiting is not working
             self.resume_task(move.call)
