@@ -33,7 +33,7 @@ from bench.common import (
     progress,
     save,
     signed_in,
-    stats,
+    time_page,
 )
 from bench.data import bulk_audit_events
 
@@ -70,17 +70,8 @@ def time_pages(app, repeat: int) -> dict:
     client, bearer = signed_in(app, "auditor@acme.test")
     results = {}
     for label, url, is_api in targets(app):
-        times = []
         count = max(3, repeat // 6) if "dashboard" in label else repeat
-        for n in range(count + 2):  # two to warm up
-            started = time.perf_counter()
-            response = client.get(url, headers=bearer if is_api else None)
-            elapsed = (time.perf_counter() - started) * 1000
-            if response.status_code != 200:
-                raise RuntimeError(f"{url} answered {response.status_code}")
-            if n >= 2:
-                times.append(elapsed)
-        results[label] = {"url": url, **stats(times, 1)}
+        results[label] = time_page(client, url, count, bearer if is_api else None)
     return results
 
 

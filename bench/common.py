@@ -9,6 +9,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -41,6 +42,20 @@ def stats(values: Sequence[float], digits: int = 2) -> dict:
         "p95_ms": round(percentile(values, 95), digits),
         "p99_ms": round(percentile(values, 99), digits),
     }
+
+
+def time_page(client, url: str, count: int, headers: dict | None = None) -> dict:
+    """GET url count times (after two warm-up requests): stats of the response times in ms."""
+    times = []
+    for n in range(count + 2):
+        started = time.perf_counter()
+        response = client.get(url, headers=headers)
+        elapsed = (time.perf_counter() - started) * 1000
+        if response.status_code != 200:
+            raise RuntimeError(f"{url} answered {response.status_code}")
+        if n >= 2:
+            times.append(elapsed)
+    return {"url": url, **stats(times, 1)}
 
 
 def fmt(value: float | int | None) -> str:

@@ -53,6 +53,7 @@ from bench.common import (
     save,
     signed_in,
     stats,
+    time_page,
 )
 from bench.worker import LABELS as CLASS_LABELS
 
@@ -366,17 +367,7 @@ def measure_pages(app, repeats: int) -> dict:
     for label, person, url in page_targets(app):
         if person not in clients:
             clients[person] = signed_in(app, person)[0]
-        client = clients[person]
-        times = []
-        for n in range(repeats + 2):  # two to warm up
-            started = time.perf_counter()
-            response = client.get(url)
-            elapsed = (time.perf_counter() - started) * 1000
-            if response.status_code != 200:
-                raise RuntimeError(f"{url} answered {response.status_code}")
-            if n >= 2:
-                times.append(elapsed)
-        results[label] = {"url": url, **stats(times, 1)}
+        results[label] = time_page(clients[person], url, repeats)
     return results
 
 
