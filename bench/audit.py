@@ -40,8 +40,8 @@ from bench.data import bulk_audit_events
 
 def targets(app) -> list[tuple[str, str, bool]]:
     """(label, url, is_api) for the pages to time, with values taken from the generated set."""
-    from webapp.extensions import db
     from webapp.models import AuditEvent
+    from webapp.runtime.extensions import db
 
     with app.app_context():
         e = AuditEvent

@@ -217,7 +217,7 @@ def prepare(app) -> None:
     """Migrate and seed the demo tenants and logins."""
     from flask_migrate import upgrade
 
-    from webapp.extensions import db
+    from webapp.runtime.extensions import db
     from webapp.seed import seed_demo
 
     with app.app_context():
@@ -229,7 +229,7 @@ def prepare(app) -> None:
 
 def dispose(app) -> None:
     with app.app_context():
-        from webapp.extensions import db
+        from webapp.runtime.extensions import db
 
         db.session.remove()
         db.engine.dispose()
@@ -237,9 +237,9 @@ def dispose(app) -> None:
 
 def signed_in(app, email: str):
     """A test client carrying this person's session, and bearer headers with a fresh API token."""
-    from webapp.accounts import create_token
-    from webapp.extensions import db
+    from webapp.identity import create_token
     from webapp.models import User
+    from webapp.runtime.extensions import db
 
     client = app.test_client()
     with app.app_context():

@@ -96,9 +96,9 @@ _pool_ids = counter(1)
 def new_conversations(app, count: int, question: str = QUESTION) -> list[tuple[int, int]]:
     """`count` queued conversations of agent@acme.test, committed, not enqueued: (id, version)."""
     from webapp.agent import moves
-    from webapp.extensions import db
     from webapp.models import Conversation, User
-    from webapp.services import services
+    from webapp.runtime.extensions import db
+    from webapp.runtime.services import services
 
     with app.app_context():
         agent = db.session.scalar(select(User).where(User.email == "agent@acme.test"))
@@ -117,9 +117,9 @@ def new_conversations(app, count: int, question: str = QUESTION) -> list[tuple[i
 def measure_overhead(app, conversations: int) -> dict:
     """advance() in-process, move by move, each conversation run to its end."""
     from webapp.agent.moves import advance
-    from webapp.extensions import db
     from webapp.models import ModelCall
-    from webapp.services import services
+    from webapp.runtime.extensions import db
+    from webapp.runtime.services import services
 
     samples: dict[str, list[float]] = {"generate": [], "run_tool": [], "sdk": [], "orchestration": []}
     new = new_conversations(app, conversations + 3)
@@ -207,7 +207,7 @@ def _plain_engine(env: dict):
 def run_conversations(app, env: dict, count: int, timeout: float = 1800) -> dict:
     """Start `count` conversations at once on the running pool; moves per second until the last ends."""
     from webapp.models import Conversation
-    from webapp.services import services
+    from webapp.runtime.services import services
 
     made = new_conversations(app, count)
     low, high = made[0][0], made[-1][0]
@@ -259,9 +259,9 @@ def run_conversations(app, env: dict, count: int, timeout: float = 1800) -> dict
 
 def measure_approvals(app, env: dict, decisions: int) -> dict:
     """With the pool idle: approve waiting refunds one at a time through the API; time the resume."""
-    from webapp import conversations
-    from webapp.extensions import db
+    from webapp.conversations import actions as conversations
     from webapp.models import Conversation, ModelCall, ToolCall, User
+    from webapp.runtime.extensions import db
 
     client, bearer = signed_in(app, "reviewer@acme.test")
     with app.app_context():
@@ -327,8 +327,8 @@ def _until(engine, statement, target: int, timeout: float = 600, poll: float = 0
 
 def page_targets(app) -> list[tuple[str, str, str]]:
     """(label, person, url) for the pages to time, with ids taken from the generated data."""
-    from webapp.extensions import db
     from webapp.models import AuditEvent, Conversation, ToolCall
+    from webapp.runtime.extensions import db
 
     with app.app_context():
         low, high = db.session.execute(select(func.min(AuditEvent.id), func.max(AuditEvent.id))).one()
@@ -408,7 +408,7 @@ def run_backend(name: str, args, postgres: str | None) -> dict:
         if "pages" in args.parts:
             progress(f"{label}: bulk-inserting {args.page_conversations:,} conversations")
             with app.app_context():
-                from webapp.extensions import db
+                from webapp.runtime.extensions import db
 
                 made = data.bulk_conversations(db.engine, args.page_conversations)
             progress(f"{label}:   {made['seconds']} s; generating {args.audit_events:,} audit events")

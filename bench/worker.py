@@ -28,7 +28,7 @@ class ForkWorker(Worker):
     """rq.Worker, with the inherited SQLAlchemy pool dropped in each forked child."""
 
     def main_work_horse(self, job, queue):
-        from webapp.extensions import db
+        from webapp.runtime.extensions import db
 
         db.engine.dispose(close=False)  # the parent's connections stay the parent's
         return super().main_work_horse(job, queue)
@@ -62,8 +62,8 @@ def warm_up(client, tools: list[dict]) -> None:
 def run(kind: str, burst: bool = False, name: str | None = None) -> bool:
     from webapp import create_app
     from webapp.llm.client import model_client
-    from webapp.services import services
-    from webapp.worker import start_sweep_ticker
+    from webapp.runtime.services import services
+    from webapp.runtime.worker import start_sweep_ticker
 
     app = create_app()
     with app.app_context():

@@ -141,7 +141,7 @@ def migrated(base_env) -> str:
     app = create_app(Config.from_env(base_env))
     with app.app_context():
         upgrade()
-        from webapp.extensions import db
+        from webapp.runtime.extensions import db
         from webapp.seed import seed_demo
 
         seed_demo(db.session)
@@ -215,7 +215,7 @@ class IsolatedClient(FlaskClient):
     between requests or with the test."""
 
     def open(self, *args, **kwargs):
-        from webapp.extensions import db
+        from webapp.runtime.extensions import db
 
         if _cv_app.get(None) is not None:
             db.session.remove()  # end the test's own transaction: on SQLite it would hold the write lock
@@ -229,7 +229,7 @@ class IsolatedClient(FlaskClient):
 @pytest.fixture
 def app(env, clean):
     from webapp import create_app
-    from webapp.extensions import db
+    from webapp.runtime.extensions import db
 
     app = create_app(Config.from_env(env))
     app.test_client_class = IsolatedClient
@@ -242,7 +242,7 @@ def app(env, clean):
 @pytest.fixture
 def cli(app) -> Callable:
     """cli("seed-demo", ...) runs a command as `flask --app webapp ...` would; its session ends with it."""
-    from webapp.extensions import db
+    from webapp.runtime.extensions import db
 
     def invoke(*args: str):
         result = app.test_cli_runner().invoke(args=list(args))
@@ -267,9 +267,9 @@ class ApiClient:
     def token(self, email: str) -> str:
         from sqlalchemy import select
 
-        from webapp.accounts import create_token
-        from webapp.extensions import db
+        from webapp.identity import create_token
         from webapp.models import User
+        from webapp.runtime.extensions import db
 
         if email not in self.tokens:
             user = db.session.scalar(select(User).where(User.email == email))

@@ -10,9 +10,9 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 
-from webapp import accounts
-from webapp.extensions import db
+from webapp import identity
 from webapp.models import AuditEvent, Tenant, User
+from webapp.runtime.extensions import db
 
 PASSWORD = "demo-password"
 ADMIN = "admin@acme.test"
@@ -75,7 +75,7 @@ def make_user(app):
     def make(roles=("agent",), tenant: str = "acme") -> tuple[int, str]:
         email = unique_email(tenant)
         owner = db.session.scalar(select(Tenant).where(Tenant.slug == tenant))
-        user = accounts.create_user(db.session, email, PASSWORD, list(roles), owner, display_name="Test person")
+        user = identity.create_user(db.session, email, PASSWORD, list(roles), owner, display_name="Test person")
         db.session.commit()
         user_id = user.id
         db.session.remove()
@@ -266,7 +266,7 @@ def test_disabling_ends_open_sessions_and_api_tokens_at_once(app, admin, make_us
     target_id, email = make_user(["agent"])
     theirs = sign_in(app, email)
     assert theirs.get("/").status_code == 200
-    token = accounts.create_token(db.session, db.session.get(User, target_id))
+    token = identity.create_token(db.session, db.session.get(User, target_id))
     db.session.commit()
     db.session.remove()
     api = Browser(app)

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import func, select
 
 from webapp.models import Conversation, Message
-from webapp.services import services
+from webapp.runtime.services import services
 
 AGENT = "agent@acme.test"
 
@@ -66,8 +66,8 @@ def test_requests_without_a_valid_token_get_401(api):
 
 
 def test_a_disabled_users_token_stops_working_at_once(api, app):
-    from webapp.extensions import db
     from webapp.models import User
+    from webapp.runtime.extensions import db
 
     token_user = api.as_(AGENT)
     assert token_user.get("/api/approvals").status_code == 403  # valid token, wrong role
@@ -90,7 +90,7 @@ def test_unknown_ids_and_other_tenants_conversations_are_404_without_a_leak(api)
 
 
 def test_cancel_and_retry_say_when_there_is_nothing_to_do(api, app):
-    from webapp.extensions import db
+    from webapp.runtime.extensions import db
 
     created = api.as_(AGENT).post("/api/conversations", json={"message": "hi"}).json
     assert api.as_(AGENT).post(f"/api/conversations/{created['id']}/retry").status_code == 409

@@ -12,14 +12,14 @@ import pytest
 from sqlalchemy import delete, event, func, insert, select, text
 from sqlalchemy.orm import Session
 
-from webapp import audit
+from webapp import audit_chain
 from webapp.models import AuditEvent, AuditHead, Tenant, User
 
 
 @pytest.fixture(autouse=True, scope="module")
 def installed():
-    audit.install()
-    audit.install()  # idempotent
+    audit_chain.install()
+    audit_chain.install()  # idempotent
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def tenants(read, fresh) -> list[int]:
 def write(engine, tenant_id: int | None, count: int, action: str = "test.event") -> None:
     with Session(engine) as session:
         for n in range(count):
-            audit.record(session, action, tenant_id=tenant_id, data={"n": n})
+            audit_chain.record(session, action, tenant_id=tenant_id, data={"n": n})
         session.commit()
 
 
@@ -72,9 +72,9 @@ def statements(engine):
 def test_an_event_is_written_at_commit_and_not_before(engine, session, read, tenants):
     actor = read(lambda s: s.scalar(select(User).where(User.tenant_id == tenants[0]).order_by(User.id)))
     moment = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
-    before = audit.utcnow()
+    before = audit_chain.utcnow()
     with statements(engine) as seen:
-        audit.record(
+        audit_chain.record(
             session,
             "tool_call.approved",
             tenant_id=tenants[0],
@@ -94,59 +94,59 @@ def test_an_event_is_written_at_commit_and_not_before(engine, session, read, ten
     assert (row.actor_id, row.actor_label) == (actor.id, actor.email)
     assert (row.conversation_id, row.tool_call_id, row.tool_name) == (7, 11, "refund_invoice")
     assert row.data == {"amount_cents": 1200, "due": moment.isoformat()}
-    assert before <= row.created_at <= audit.utcnow()
-    assert row.prev_hash == audit.GENESIS and row.hash == audit.event_hash(row.__dict__)
+    assert before <= row.created_at <= audit_chain.utcnow()
+    assert row.prev_hash == audit_chain.GENESIS and row.hash == audit_chain.event_hash(row.__dict__)
     head = read(lambda s: s.get(AuditHead, str(tenants[0])))
     assert (head.seq, head.hash) == (1, row.hash)
 
 
 def test_the_stored_event_is_exactly_what_was_hashed(session, read, tenants, monkeypatch):
     moment = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
-    monkeypatch.setattr(audit, "utcnow", lambda: moment)
+    monkeypatch.setattr(audit_chain, "utcnow", lambda: moment)
     data = {"big": 1e16, "one": 1.0, "tenth": 0.1, "tiny": 1.5e-7, "name": "Zoë ✓", "nested": [1, {"b": None}]}
-    audit.record(session, "data.shapes", tenant_id=tenants[0], data=data)
+    audit_chain.record(session, "data.shapes", tenant_id=tenants[0], data=data)
     data["name"] = "changed later"  # the event keeps what was recorded
     session.commit()
 
     [row] = events(read, str(tenants[0]))
     assert row.created_at == moment  # microseconds survive the round trip
     assert row.data["name"] == "Zoë ✓" and row.data["big"] == 1e16 and row.data["tiny"] == 1.5e-7
-    assert audit.verify(session) == audit.VerifyResult(True, 1, None, 1)
+    assert audit_chain.verify(session) == audit_chain.VerifyResult(True, 1, None, 1)
 
 
 def test_data_must_be_json(session, fresh):
     with pytest.raises(TypeError, match="JSON-serialisable"):
-        audit.record(session, "x", tenant_id=None, data={"what": object()})
+        audit_chain.record(session, "x", tenant_id=None, data={"what": object()})
     with pytest.raises(TypeError, match="JSON-serialisable"):
-        audit.record(session, "x", tenant_id=None, data={"what": float("nan")})
+        audit_chain.record(session, "x", tenant_id=None, data={"what": float("nan")})
 
 
 def test_an_actor_created_in_the_same_transaction_gets_its_id(session, read, tenants):
     user = User(tenant_id=tenants[0], email="new.auditor@example.test", roles=["auditor"])
     session.add(user)
-    audit.record(session, "user.created", tenant_id=tenants[0], actor=user)
+    audit_chain.record(session, "user.created", tenant_id=tenants[0], actor=user)
     session.commit()
     [row] = events(read, str(tenants[0]))
     assert (row.actor_id, row.actor_label) == (user.id, "new.auditor@example.test")
-    assert audit.verify(session).ok
+    assert audit_chain.verify(session).ok
 
 
 def test_a_rolled_back_change_leaves_no_event(engine, session, read, tenants):
     chain = str(tenants[0])
-    audit.record(session, "rolled.back", tenant_id=tenants[0])
+    audit_chain.record(session, "rolled.back", tenant_id=tenants[0])
     session.rollback()
-    audit.record(session, "closed.unwritten", tenant_id=tenants[0])
+    audit_chain.record(session, "closed.unwritten", tenant_id=tenants[0])
     session.scalar(select(func.count()).select_from(AuditEvent))  # opens the transaction close() ends
     session.close()
     session.commit()
     assert events(read, chain) == []
 
-    audit.record(session, "kept", tenant_id=tenants[0])
+    audit_chain.record(session, "kept", tenant_id=tenants[0])
     savepoint = session.begin_nested()
-    audit.record(session, "savepoint.rolled.back", tenant_id=tenants[0])
+    audit_chain.record(session, "savepoint.rolled.back", tenant_id=tenants[0])
     savepoint.rollback()
     with session.begin_nested():
-        audit.record(session, "savepoint.released", tenant_id=tenants[0])
+        audit_chain.record(session, "savepoint.released", tenant_id=tenants[0])
     session.commit()
     assert [(e.seq, e.action) for e in events(read, chain)] == [(1, "kept"), (2, "savepoint.released")]
 
@@ -155,19 +155,19 @@ def test_chains_are_independent(engine, session, read, tenants):
     first, second = tenants[:2]
     for _ in range(3):
         with Session(engine) as one:
-            audit.record(one, "a", tenant_id=first)
-            audit.record(one, "b", tenant_id=second)
-            audit.record(one, "c", tenant_id=None)
-            audit.record(one, "d", tenant_id=first)
+            audit_chain.record(one, "a", tenant_id=first)
+            audit_chain.record(one, "b", tenant_id=second)
+            audit_chain.record(one, "c", tenant_id=None)
+            audit_chain.record(one, "d", tenant_id=first)
             one.commit()
     assert [e.seq for e in events(read, str(first))] == [1, 2, 3, 4, 5, 6]
     assert [e.seq for e in events(read, str(second))] == [1, 2, 3]
     assert {e.tenant_id for e in events(read, "global")} == {None}
-    assert audit.verify(session) == audit.VerifyResult(True, 12, None, 3)
+    assert audit_chain.verify(session) == audit_chain.VerifyResult(True, 12, None, 3)
 
     tamper(engine, "DELETE FROM audit_events WHERE chain = :chain AND seq = 2", chain=str(first))
-    assert audit.verify(session, str(second)).ok and audit.verify(session, "global").ok
-    assert f"chain {first}: seq 2 is missing" in audit.verify(session).problem
+    assert audit_chain.verify(session, str(second)).ok and audit_chain.verify(session, "global").ok
+    assert f"chain {first}: seq 2 is missing" in audit_chain.verify(session).problem
 
 
 # --- verifying ----------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def _swap(chain: str, a: int, b: int) -> list[tuple[str, dict]]:
 def test_verify_names_the_first_broken_link(engine, session, read, tenants, damage, says, checked):
     chain = str(tenants[0])
     write(engine, tenants[0], 10)
-    assert audit.verify(session) == audit.VerifyResult(True, 10, None, 1)
+    assert audit_chain.verify(session) == audit_chain.VerifyResult(True, 10, None, 1)
     rows = {e.seq: e for e in events(read, chain)}
     json_param = "CAST(:data AS JSONB)" if engine.dialect.name == "postgresql" else ":data"
     where = {"chain": chain}
@@ -206,7 +206,7 @@ def test_verify_names_the_first_broken_link(engine, session, read, tenants, dama
     elif damage == "edit and rehash":
         forged = {**rows[5].__dict__, "data": {"n": 400}}
         tamper(engine, f"UPDATE audit_events SET data = {json_param}, hash = :hash WHERE chain = :chain AND seq = 5",
-               data='{"n": 400}', hash=audit.event_hash(forged), **where)  # fmt: skip
+               data='{"n": 400}', hash=audit_chain.event_hash(forged), **where)  # fmt: skip
     elif damage.startswith("delete") and damage != "delete head":
         seqs = {"delete": (5,), "delete two": (5, 6), "delete first": (1,), "delete newest": (10,)}[damage]
         for seq in seqs:
@@ -218,30 +218,30 @@ def test_verify_names_the_first_broken_link(engine, session, read, tenants, dama
         tamper(engine, "DELETE FROM audit_heads WHERE chain = :chain", **where)
     elif damage == "append":
         extra = {**rows[10].__dict__, "seq": 11, "prev_hash": rows[10].hash}
-        extra = {name: extra[name] for name in audit.HASHED_FIELDS} | {"hash": audit.event_hash(extra)}
+        extra = {name: extra[name] for name in audit_chain.HASHED_FIELDS} | {"hash": audit_chain.event_hash(extra)}
         with engine.begin() as connection:
             connection.execute(insert(AuditEvent.__table__), [extra])
 
-    result = audit.verify(session)
+    result = audit_chain.verify(session)
     assert not result.ok
     assert result.problem == f"chain {chain}: " + says.format(id5=rows[5].id, id6=rows[6].id)
     assert result.checked == checked
 
 
 def test_verify_names_an_unknown_chain(session, fresh):
-    assert audit.verify(session, "999") == audit.VerifyResult(
+    assert audit_chain.verify(session, "999") == audit_chain.VerifyResult(
         False, 0, "chain 999: no such chain (no head, no events)", 1
     )
-    assert audit.verify(session) == audit.VerifyResult(True, 0, None, 0)
+    assert audit_chain.verify(session) == audit_chain.VerifyResult(True, 0, None, 0)
 
 
 def test_verify_inside_an_open_transaction_sees_its_own_writes(session, tenants):
-    audit.record(session, "x", tenant_id=tenants[0])
+    audit_chain.record(session, "x", tenant_id=tenants[0])
     session.commit()
     session.execute(delete(AuditEvent))  # not committed: only this transaction sees it
-    assert "the head says seq 1 but the last event is seq 0" in audit.verify(session).problem
+    assert "the head says seq 1 but the last event is seq 0" in audit_chain.verify(session).problem
     session.rollback()
-    assert audit.verify(session).ok
+    assert audit_chain.verify(session).ok
 
 
 def test_concurrent_writers_leave_a_gap_free_chain(engine, session, read, tenants):
@@ -254,9 +254,9 @@ def test_concurrent_writers_leave_a_gap_free_chain(engine, session, read, tenant
             start.wait()
             with Session(engine) as own:
                 for n in range(commits):
-                    audit.record(own, "concurrent", tenant_id=tenants[0], data={"thread": number, "n": n})
+                    audit_chain.record(own, "concurrent", tenant_id=tenants[0], data={"thread": number, "n": n})
                     if n % 5 == 0:  # two chains in one commit: both heads are locked, in one order
-                        audit.record(own, "concurrent", tenant_id=None, data={"thread": number, "n": n})
+                        audit_chain.record(own, "concurrent", tenant_id=None, data={"thread": number, "n": n})
                     own.commit()
         except BaseException as exc:  # noqa: BLE001 - reported by the test thread
             errors.append(exc)
@@ -270,12 +270,12 @@ def test_concurrent_writers_leave_a_gap_free_chain(engine, session, read, tenant
 
     assert [e.seq for e in events(read, str(tenants[0]))] == list(range(1, threads * commits + 1))
     assert [e.seq for e in events(read, "global")] == list(range(1, threads * 5 + 1))
-    assert audit.verify(session) == audit.VerifyResult(True, threads * commits + threads * 5, None, 2)
+    assert audit_chain.verify(session) == audit_chain.VerifyResult(True, threads * commits + threads * 5, None, 2)
 
 
 def test_verify_reads_in_batches_and_finds_a_break_near_the_end(engine, session, tenants):
     chain, total = str(tenants[0]), 20_000
-    start, prev_hash, rows = datetime(2026, 1, 1, tzinfo=UTC), audit.GENESIS, []
+    start, prev_hash, rows = datetime(2026, 1, 1, tzinfo=UTC), audit_chain.GENESIS, []
     for seq in range(1, total + 1):
         row = {
             "chain": chain, "seq": seq, "tenant_id": tenants[0], "action": "bulk",
@@ -284,7 +284,7 @@ def test_verify_reads_in_batches_and_finds_a_break_near_the_end(engine, session,
             "tool_name": "refund_invoice", "outcome": "ok", "data": {"n": seq, "note": "ünïcode"},
             "prev_hash": prev_hash,
         }  # fmt: skip
-        row["hash"] = prev_hash = audit.event_hash(row)
+        row["hash"] = prev_hash = audit_chain.event_hash(row)
         rows.append(row)
     with engine.begin() as connection:
         connection.execute(insert(AuditEvent.__table__), rows)
@@ -292,15 +292,15 @@ def test_verify_reads_in_batches_and_finds_a_break_near_the_end(engine, session,
     del rows
 
     with statements(engine) as seen:
-        result = audit.verify(session, batch_size=5_000)
-    assert result == audit.VerifyResult(True, total, None, 1)
+        result = audit_chain.verify(session, batch_size=5_000)
+    assert result == audit_chain.VerifyResult(True, total, None, 1)
     walks = [params for sql, params in seen if "FROM audit_events" in sql and "LIMIT" in sql]
     assert len(walks) == total // 5_000 + 1  # four full batches, then an empty one
     assert all(5_000 in (params.values() if isinstance(params, dict) else params) for params in walks)
 
     tracemalloc.start()
     try:
-        assert audit.verify(session, batch_size=1_000).ok
+        assert audit_chain.verify(session, batch_size=1_000).ok
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -308,7 +308,7 @@ def test_verify_reads_in_batches_and_finds_a_break_near_the_end(engine, session,
 
     tamper(engine, "UPDATE audit_events SET outcome = 'failed' WHERE chain = :chain AND seq = :seq",
            chain=chain, seq=total - 3)  # fmt: skip
-    broken = audit.verify(session, batch_size=5_000)
+    broken = audit_chain.verify(session, batch_size=5_000)
     assert not broken.ok and broken.checked == total - 4
     assert f"chain {chain}: event seq {total - 3} (id " in broken.problem and "was altered" in broken.problem
 
@@ -317,11 +317,11 @@ def test_verify_reads_in_batches_and_finds_a_break_near_the_end(engine, session,
 
 
 def test_the_cli_reports_an_intact_log_and_a_broken_one(app, cli, engine, fresh, tenants):
-    from webapp.extensions import db
+    from webapp.runtime.extensions import db
 
-    audit.record(db.session, "sign_in.failed", tenant_id=None, data={"email": "nobody@example.test"})
-    audit.record(db.session, "a", tenant_id=tenants[0])
-    audit.record(db.session, "b", tenant_id=tenants[0])
+    audit_chain.record(db.session, "sign_in.failed", tenant_id=None, data={"email": "nobody@example.test"})
+    audit_chain.record(db.session, "a", tenant_id=tenants[0])
+    audit_chain.record(db.session, "b", tenant_id=tenants[0])
     db.session.commit()  # Flask-SQLAlchemy's session writes the events too
     db.session.remove()
 

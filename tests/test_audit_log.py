@@ -16,10 +16,12 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import delete, select
 
-from webapp import audit, audit_log, costs
-from webapp.extensions import db
+from webapp import audit_chain
+from webapp.audit import costs
+from webapp.audit import pages as audit_log
 from webapp.models import AuditEvent, AuditHead, Conversation, Tenant, User
-from webapp.services import services
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 
 AUDITOR = "auditor@acme.test"
 GENERATED = 20_000
@@ -127,7 +129,7 @@ def test_the_demo_flow_leaves_every_step_in_the_log_in_order(app, api, model, fr
     assert f'href="/conversations/{created["id"]}#tool-call-' in page
     listing = as_page_user(app, AUDITOR).get("/audit").get_data(as_text=True)
     assert f'href="/conversations/{created["id"]}"' in listing and "issue_refund" in listing
-    assert audit.verify(db.session).ok
+    assert audit_chain.verify(db.session).ok
 
 
 # --- filters and keyset pages -----------------------------------------------------------------
@@ -216,10 +218,10 @@ def test_the_filter_form_updates_only_the_results_with_htmx_and_the_url_keeps_wo
 def test_searching_arguments_and_reasons_finds_quotes_and_accents_on_every_database(app, api, fresh, acme):
     reviewer = db.session.scalar(select(User).where(User.email == "reviewer@acme.test"))
     reason = 'Kunde sagt "nein" – café 50%_off'
-    audit.record(
+    audit_chain.record(
         db.session, "approval_decided", tenant_id=acme, actor=reviewer, outcome="rejected", data={"reason": reason}
     )
-    audit.record(
+    audit_chain.record(
         db.session, "approval_decided", tenant_id=acme, actor=reviewer, outcome="rejected", data={"reason": "x"}
     )
     db.session.commit()
@@ -235,10 +237,10 @@ def test_searching_arguments_and_reasons_finds_quotes_and_accents_on_every_datab
 def verify_outside_the_app(records: list[dict]) -> None:
     """What an auditor would do with an export: every hash matches its fields, and the chain links."""
     for fields in records:
-        assert audit.event_hash(fields) == fields["hash"], fields["id"]
+        assert audit_chain.event_hash(fields) == fields["hash"], fields["id"]
     ordered = sorted(records, key=lambda fields: fields["seq"])
     assert [f["seq"] for f in ordered] == list(range(1, len(ordered) + 1))
-    assert ordered[0]["prev_hash"] == audit.GENESIS
+    assert ordered[0]["prev_hash"] == audit_chain.GENESIS
     for before, after in zip(ordered, ordered[1:], strict=False):
         assert after["prev_hash"] == before["hash"], after["seq"]
 
@@ -266,7 +268,7 @@ def test_exports_stream_every_field_and_verify_outside_the_app(app, generated, m
     assert ids(picked) == sorted(
         e["id"] for e in generated if e["action"] == "approval_decided" and e["outcome"] == "rejected"
     )
-    assert all(audit.event_hash(fields) == fields["hash"] for fields in picked)
+    assert all(audit_chain.event_hash(fields) == fields["hash"] for fields in picked)
 
 
 def test_an_export_holds_one_batch_in_memory_whatever_the_size_of_the_log(app, generated, acme):
@@ -306,12 +308,12 @@ def small_case(app, fresh, acme):
     yesterday = today - timedelta(days=1)
 
     def at(moment, action, **fields):
-        stamp = audit.utcnow
-        audit.utcnow = lambda: moment  # record() stamps the event with it
+        stamp = audit_chain.utcnow
+        audit_chain.utcnow = lambda: moment  # record() stamps the event with it
         try:
-            audit.record(db.session, action, tenant_id=acme, **fields)
+            audit_chain.record(db.session, action, tenant_id=acme, **fields)
         finally:
-            audit.utcnow = stamp
+            audit_chain.utcnow = stamp
         db.session.commit()
 
     def usage(model, input_tokens, output_tokens, cache_write=0, cache_read=0):
@@ -478,7 +480,7 @@ def test_a_bad_model_prices_setting_stops_the_app_at_boot_with_a_sentence(env, m
 
 
 def test_auditors_of_another_tenant_see_nothing_of_acme(app, api, cli, generated):
-    from webapp.accounts import create_user, get_or_create_tenant
+    from webapp.identity import create_user, get_or_create_tenant
 
     email = f"auditor-{uuid.uuid4().hex[:8]}@globex.test"
     create_user(db.session, email, "demo-password", ["auditor"], get_or_create_tenant(db.session, "globex"))

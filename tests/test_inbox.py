@@ -13,9 +13,9 @@ from tests.conftest import wait_until
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
 from tests.test_security import session_as
-from webapp.extensions import db
 from webapp.models import AuditEvent, Conversation, Decision, Refund, ToolCall
-from webapp.services import services
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 
 
 def waiting_calls(api, model, *blocks, message="please") -> list[ToolCall]:
@@ -130,7 +130,7 @@ def test_rejecting_needs_a_reason_and_an_edit_needs_valid_json(app, api, model):
 
 
 def test_the_asker_cannot_decide_their_own_call_even_as_a_reviewer(app, api, model):
-    from webapp.accounts import create_user, get_or_create_tenant
+    from webapp.identity import create_user, get_or_create_tenant
 
     both = create_user(
         db.session, "both@acme.test", "demo-password", ["agent", "reviewer"], get_or_create_tenant(db.session, "acme")

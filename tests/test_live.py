@@ -7,8 +7,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tests.conftest import wait_until
 from tests.test_security import session_as
 from webapp.config import Config
-from webapp.queue import Dispatcher
-from webapp.services import services
+from webapp.runtime.queue import Dispatcher
+from webapp.runtime.services import services
 
 AGENT = "agent@acme.test"
 

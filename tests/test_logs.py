@@ -15,8 +15,8 @@ from tests.conftest import wait_until
 from tests.test_security import session_as
 from webapp import logs
 from webapp.config import Config
-from webapp.extensions import db
 from webapp.models import Conversation
+from webapp.runtime.extensions import db
 
 
 def lines(text: str) -> list[dict]:
@@ -111,7 +111,7 @@ def test_a_web_request_logs_its_request_id_and_the_conversation_of_its_url(app, 
     assert response.status_code == 200 and response.headers["X-Request-ID"] == "abc-123"
     (line,) = [line for line in lines(buffer.getvalue()) if line["logger"] == "desk.request"]
     assert line["request_id"] == "abc-123" and line["conversation_id"] == created["id"]
-    assert line["status"] == 200 and line["method"] == "GET" and line["endpoint"] == "chat.show"
+    assert line["status"] == 200 and line["method"] == "GET" and line["endpoint"] == "conversations.show"
     generated = client.get("/conversations", headers={"X-Request-ID": "<script>"})  # not echoed as given
     assert generated.headers["X-Request-ID"] != "<script>" and len(generated.headers["X-Request-ID"]) == 16
     db.session.remove()

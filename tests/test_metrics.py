@@ -13,10 +13,10 @@ from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from tests.test_security import session_as
 from webapp.config import Config
-from webapp.extensions import db
-from webapp.metrics import Tally
 from webapp.models import Conversation, ModelCall, ToolCall, utcnow
-from webapp.services import services
+from webapp.ops.metrics import Tally
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 
 TOKEN = "metrics-token-for-the-tests-0123"
 

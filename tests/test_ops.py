@@ -17,8 +17,8 @@ from tests.model_server import Fault
 from tests.test_admin import Browser, sign_in
 from tests.test_security import session_as
 from webapp.config import Config
-from webapp.extensions import db
 from webapp.models import Conversation, Tenant, User, utcnow
+from webapp.runtime.extensions import db
 
 
 def closed_port() -> int:

@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.decisions import arguments_hash, decide
-from webapp.extensions import db
 from webapp.models import AuditEvent, Conversation, Refund, ToolCall, User
-from webapp.services import services
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 
 ROLE_USERS = {
     "agent": "agent@acme.test",
@@ -31,15 +31,15 @@ EXPECTED = {
     "health.healthz": "public",
     "auth.login": "public",
     "auth.logout": EVERYONE,
-    "pages.home": EVERYONE,
-    "chat.index": EVERYONE,
-    "chat.create": {"agent"},
-    "chat.show": EVERYONE,
-    "chat.post_message": {"agent"},
-    "chat.cancel": STEERING,
-    "chat.retry": STEERING,
-    "chat.give_input": STEERING,
-    "chat.extend_budget": {"reviewer", "admin"},
+    "home.index": EVERYONE,
+    "conversations.index": EVERYONE,
+    "conversations.create": {"agent"},
+    "conversations.show": EVERYONE,
+    "conversations.post_message": {"agent"},
+    "conversations.cancel": STEERING,
+    "conversations.retry": STEERING,
+    "conversations.give_input": STEERING,
+    "conversations.extend_budget": {"reviewer", "admin"},
     "api.create_conversation": {"agent"},
     "api.post_message": {"agent"},
     "api.get_conversation": EVERYONE,
@@ -54,8 +54,9 @@ EXPECTED = {
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}
 PREFIX_EXPECTED = {
-    "admin.": {"admin"},
-    "inbox.": {"reviewer"},
+    "users.": {"admin"},
+    "policies.": {"admin"},
+    "approvals.": {"reviewer"},
     "live.": EVERYONE,
     "audit.": {"auditor", "admin"},
     "ops.": {"admin"},
@@ -102,7 +103,7 @@ def sample(app, api, model):
     conversation = db.session.get(Conversation, created["id"])
     services().loop(db.session, conversation).complete()
     call = db.session.scalar(select(ToolCall).where(ToolCall.conversation_id == conversation.id))
-    from webapp.accounts import create_user, get_or_create_tenant
+    from webapp.identity import create_user, get_or_create_tenant
 
     # Admin routes act on this user (disable, roles, password), never on a demo login.
     target = create_user(
@@ -196,7 +197,7 @@ def test_another_tenant_sees_nothing_of_acme(app, api, sample):
 
 
 def test_an_agent_sees_only_their_own_conversations_and_supervisors_see_the_tenants(app, sample):
-    from webapp.accounts import create_user, get_or_create_tenant
+    from webapp.identity import create_user, get_or_create_tenant
 
     other = create_user(
         db.session, "agent2@acme.test", "demo-password", ["agent"], get_or_create_tenant(db.session, "acme")

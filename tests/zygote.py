@@ -23,7 +23,7 @@ def main() -> None:
     import rq  # noqa: F401
 
     import jobs.moves  # noqa: F401
-    import webapp.worker  # noqa: F401
+    import webapp.runtime.worker  # noqa: F401
     from webapp import create_app  # noqa: F401
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps dead workers: no zombies
@@ -50,7 +50,7 @@ def _worker(log_path: str, env: dict[str, str]) -> None:
         os.close(null)
         os.environ.update(env)
         from webapp import create_app
-        from webapp.worker import run_worker
+        from webapp.runtime.worker import run_worker
 
         run_worker(create_app(), name=f"test-worker-{os.getpid()}")
         code = 0

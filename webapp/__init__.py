@@ -1,24 +1,37 @@
-"""The approval desk for AI agents. create_app() is the only wiring point."""
+"""The approval desk for AI agents. create_app() is the only wiring point.
+
+Nothing is imported here at module level: `import webapp.agent.loop` must load neither Flask nor RQ
+(the layers are drawn in docs/architecture.md and enforced by the import-linter contracts in
+pyproject.toml)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from flask import Flask
-from htmx_flask import Htmx
+if TYPE_CHECKING:
+    from flask import Flask
 
-from webapp import audit, logs, security
-from webapp.config import Config, ConfigError
-from webapp.database import engine_options, prepare_engine
-from webapp.extensions import db, migrate
-from webapp.queue import Dispatcher
-from webapp.services import Services
+    from webapp.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def create_app(config: Config | None = None) -> Flask:
     """A configured app: database, queue, tools and blueprints, from the environment by default."""
+    from flask import Flask
+    from htmx_flask import Htmx
+
+    from webapp import audit_chain, logs
+    from webapp.config import Config, ConfigError
+    from webapp.database import engine_options, prepare_engine
+    from webapp.runtime.extensions import db, migrate
+    from webapp.runtime.queue import Dispatcher
+    from webapp.runtime.services import Services
+    from webapp.tools.billing import demo_tools
+    from webapp.tools.registry import ToolRegistry, load_tool
+    from webapp.web import errors, rendering, request_logs, security
+
     if config is None:
         try:
             config = Config.from_env()
@@ -42,14 +55,11 @@ def create_app(config: Config | None = None) -> Flask:
     migrate.init_app(app, db, directory=str(Path(__file__).parent / "migrations"))
     Htmx(app)
     logs.configure(config)  # JSON lines (LOG_FORMAT) with the ids of what each line is about
-    logs.init_app(app)
+    request_logs.init_app(app)
     security.init_app(app, config)
-    audit.install()
+    audit_chain.install()
     with app.app_context():
         prepare_engine(db.engine)
-
-    from webapp.tools.billing import demo_tools
-    from webapp.tools.registry import ToolRegistry, load_tool
 
     try:
         tools = ToolRegistry([*demo_tools(), *(load_tool(entry) for entry in config.extra_tools)])
@@ -57,25 +67,40 @@ def create_app(config: Config | None = None) -> Flask:
         raise SystemExit(f"Configuration error: EXTRA_TOOLS: {exc}") from None
     app.extensions["desk"] = Services(config=config, dispatcher=Dispatcher(config), tools=tools)
 
-    from webapp import admin, api, audit_log, auth, chat, cli, errors, health, inbox, live, pages, rendering
-    from webapp.navigation import nav_items
+    _register_features(app)
+    rendering.register(app)
+    errors.register(app)
+    return app
+
+
+def _register_features(app: Flask) -> None:
+    """Each feature package's blueprints, the navigation across them, and the command line."""
+    from webapp import cli, navigation
+    from webapp.accounts import policies, sign_in, users
+    from webapp.api import routes as api
+    from webapp.approvals import pages as approvals
+    from webapp.audit import pages as audit
+    from webapp.conversations import live
+    from webapp.conversations import pages as conversations
+    from webapp.ops import health, metrics
+    from webapp.ops import pages as ops
+    from webapp.web import home, security
 
     app.register_blueprint(api.bp)
     security.csrf.exempt(api.bp)  # bearer tokens, no cookies: nothing to forge
-    app.register_blueprint(health.bp)
-    app.register_blueprint(auth.bp)
-    app.register_blueprint(pages.bp)
-    app.register_blueprint(chat.bp)
-    app.register_blueprint(admin.bp)
-    app.register_blueprint(inbox.bp)
-    app.register_blueprint(live.bp)
-    app.register_blueprint(audit_log.bp)
-    from webapp import metrics, ops
-
+    for blueprint in (
+        health.bp,
+        sign_in.bp,
+        home.bp,
+        conversations.bp,
+        live.bp,
+        approvals.bp,
+        audit.bp,
+        users.bp,
+        policies.bp,
+        ops.bp,
+    ):
+        app.register_blueprint(blueprint)
     metrics.init_app(app)
-    app.register_blueprint(ops.bp)
-    rendering.register(app)
-    app.context_processor(lambda: {"nav_items": nav_items()})
+    app.context_processor(lambda: {"nav_items": navigation.nav_items()})
     cli.register(app)
-    errors.register(app)
-    return app

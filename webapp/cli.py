@@ -7,10 +7,10 @@ from flask import Flask
 from flask.cli import AppGroup
 from sqlalchemy import select
 
-from webapp import audit
-from webapp.accounts import AccountError, create_token, create_user, get_or_create_tenant
-from webapp.extensions import db
+from webapp import audit_chain
+from webapp.identity import AccountError, create_token, create_user, get_or_create_tenant
 from webapp.models import ROLES, User
+from webapp.runtime.extensions import db
 
 
 def register(app: Flask) -> None:
@@ -83,7 +83,7 @@ def register(app: Flask) -> None:
     @click.option("--name", default=None, help="Worker name (default: RQ's).")
     def worker_command(burst, name):
         """Run a worker: moves, retries and the periodic sweeper."""
-        from webapp.worker import run_worker
+        from webapp.runtime.worker import run_worker
 
         run_worker(app, burst=burst, name=name)
 
@@ -93,7 +93,7 @@ def register(app: Flask) -> None:
     @click.option("--chain", default=None, help='Only this chain: a tenant id, or "global".')
     def audit_verify_command(chain: str | None) -> None:
         """Check the audit log's hash chains; exit 1 naming the first broken link."""
-        result = audit.verify(db.session, chain)
+        result = audit_chain.verify(db.session, chain)
         if not result.ok:
             click.echo(f"Audit log broken: {result.problem}", err=True)
             raise click.exceptions.Exit(1)
@@ -107,7 +107,7 @@ def register(app: Flask) -> None:
         """Append COUNT synthetic, valid, hash-chained events to a tenant's chain (for performance tests)."""
         import time
 
-        from webapp.audit_log import generate_events, tenant_for
+        from webapp.audit.pages import generate_events, tenant_for
 
         tenant = tenant_for(tenant_slug)
         if tenant is None:
@@ -140,8 +140,8 @@ def register(app: Flask) -> None:
         import redis
         from rq.scheduler import RQScheduler
 
-        from webapp.services import services
-        from webapp.worker import start_sweep_ticker
+        from webapp.runtime.services import services
+        from webapp.runtime.worker import start_sweep_ticker
 
         desk = services()
         queue = desk.dispatcher.queue
@@ -182,6 +182,6 @@ def register(app: Flask) -> None:
     @app.cli.command("sweep")
     def sweep_command():
         """Re-enqueue conversations that should be moving but have no live move."""
-        from jobs.moves import sweep
+        from webapp.runtime.work import sweep
 
         click.echo(f"Re-enqueued {sweep()} conversation(s).")

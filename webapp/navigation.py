@@ -19,21 +19,21 @@ class NavItem:
 
 ITEMS = (
     NavItem(
-        "chat.index",
+        "conversations.index",
         "Conversations",
         ("agent", "reviewer", "auditor", "admin"),
         "talk with the assistant and follow its tool calls",
     ),
     NavItem(
-        "inbox.index",
+        "approvals.index",
         "Approvals",
         ("reviewer",),
         "decide the tool calls waiting for a person",
         badge_id="approvals-badge",
     ),
     NavItem("audit.index", "Audit log", ("auditor", "admin"), "who did what, when, and what it cost"),
-    NavItem("admin.users", "Users", ("admin",), "people, roles and passwords"),
-    NavItem("admin.policies", "Policies", ("admin",), "which tool calls wait for people, and how many"),
+    NavItem("users.index", "Users", ("admin",), "people, roles and passwords"),
+    NavItem("policies.index", "Policies", ("admin",), "which tool calls wait for people, and how many"),
 )
 
 
@@ -49,7 +49,7 @@ def nav_items() -> list[dict]:
             continue
         badge = None
         if item.badge_id:
-            from webapp.approvals import pending_count
+            from webapp.approvals.actions import pending_count
 
             badge = pending_count(current_user)
         items.append(

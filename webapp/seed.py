@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from webapp.accounts import create_user, get_or_create_tenant
+from webapp.identity import create_user, get_or_create_tenant
 from webapp.models import Customer, Invoice, Subscription, Tenant, User
 
 BASE_DATE = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)

@@ -23,7 +23,7 @@ def api_token(engine, clean):
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from webapp.accounts import create_token
+    from webapp.identity import create_token
     from webapp.models import User
 
     made: dict[str, str] = {}

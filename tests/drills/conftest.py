@@ -28,7 +28,7 @@ def pool(zygote, env, tmp_path) -> Iterator[WorkerPool]:
 def configured_api(env, clean):
     """configured_api(**settings): an ApiClient on an app built with these settings on top of `env`
     (a job's retry policy is set by whoever enqueues it); its database pool is closed afterwards."""
-    from webapp.extensions import db
+    from webapp.runtime.extensions import db
 
     made = []
 

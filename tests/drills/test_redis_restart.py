@@ -61,9 +61,9 @@ def own_redis(tmp_path):
 def desk(env, clean, own_redis, zygote, tmp_path):
     """The app served over HTTP and a worker pool, both on the drill's own Redis."""
     from webapp import create_app
-    from webapp.accounts import create_token
     from webapp.config import Config
-    from webapp.extensions import db
+    from webapp.identity import create_token
+    from webapp.runtime.extensions import db
 
     settings = {**env, "REDIS_URL": own_redis.url}
     app = create_app(Config.from_env(settings))

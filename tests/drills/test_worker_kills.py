@@ -34,7 +34,7 @@ from tests.drills.support import (
 )
 from tests.integration.test_workers import assert_valid_transcript
 from webapp.models import Conversation, Customer, OutgoingEmail, Refund, utcnow
-from webapp.queue import move_job_id
+from webapp.runtime.queue import move_job_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.drill]
 

@@ -15,11 +15,11 @@ from tests.conftest import wait_until
 from tests.model_server import Fault, Reply
 from tests.replies import reply, tool_use
 from webapp.agent.transcript import api_messages
-from webapp.extensions import db
 from webapp.llm.wire import validate_request
 from webapp.models import Conversation, Message, Refund, ToolCall
-from webapp.queue import move_job_id
-from webapp.services import services
+from webapp.runtime.extensions import db
+from webapp.runtime.queue import move_job_id
+from webapp.runtime.services import services
 
 pytestmark = pytest.mark.slow
 

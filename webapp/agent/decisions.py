@@ -16,24 +16,12 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from webapp import audit
+from webapp import audit_chain
+from webapp.agent import wording
 from webapp.agent.moves import lock_conversation, wake
 from webapp.agent.states import CallStatus
 from webapp.models import Conversation, Decision, ToolCall, User, utcnow
 from webapp.tools.registry import ToolRegistry
-
-RESULT_REJECTED = (
-    "Declined by a person ({who}): {reason}. Nothing was done. Do not retry this action unless the "
-    "support agent asks for it again."
-)
-RESULT_EXPIRED = (
-    "No decision was made in time ({hours:g} hours), so nothing was done. This is not a refusal: "
-    "ask again if it is still needed."
-)
-EDITED_NOTE = (
-    "Note from the approval desk: a person ({who}) changed the arguments before approving. You asked for "
-    "{asked}; the tool ran with {ran}.\n"
-)
 
 
 class DecisionError(Exception):
@@ -52,7 +40,7 @@ def arguments_hash(arguments: dict) -> str:
 
 
 def who(user: User) -> str:
-    return f"{user.display_name} ({user.email})" if user.display_name else user.email
+    return wording.person(user.display_name, user.email)
 
 
 def approvals_so_far(session: Session, call: ToolCall) -> list[Decision]:
@@ -149,7 +137,7 @@ def decide(
             decided_by_id=reviewer.id,
             decided_at=now,
             decision_reason=reason,
-            result=RESULT_REJECTED.format(who=who(reviewer), reason=reason),
+            result=wording.RESULT_REJECTED.format(who=who(reviewer), reason=reason),
             is_error=True,
             finished_at=now,
         )
@@ -198,22 +186,6 @@ def already_decided(session: Session, call: ToolCall) -> DecisionError:
     return DecisionError("already_decided", f"This call no longer waits for a decision (it is {call.status}).")
 
 
-def edited_note(session: Session, call: ToolCall) -> str:
-    """What the model is told before the result when a person changed the call's arguments."""
-    if call.original_input is None:
-        return ""
-    editor = session.scalar(
-        select(Decision)
-        .where(Decision.tool_call_id == call.id, Decision.edited_input.is_not(None))
-        .order_by(Decision.id.desc())
-        .limit(1)
-    )
-    name = who(editor.reviewer) if editor else "a reviewer"
-    return EDITED_NOTE.format(
-        who=name, asked=json.dumps(call.original_input, sort_keys=True), ran=json.dumps(call.input, sort_keys=True)
-    )
-
-
 def expire_due(session: Session, limit: int = 500) -> list[tuple[int, int, int]]:
     """Settle calls whose time to decide ran out; returns (conversation id, version, tenant id) to
     enqueue after commit."""
@@ -235,10 +207,10 @@ def expire_due(session: Session, limit: int = 500) -> list[tuple[int, int, int]]
             status=CallStatus.EXPIRED,
             finished_at=now,
             is_error=True,
-            result=RESULT_EXPIRED.format(hours=hours),
+            result=wording.RESULT_EXPIRED.format(hours=hours),
         ):
             continue
-        audit.record(
+        audit_chain.record(
             session,
             "approval_expired",
             tenant_id=call.tenant_id,

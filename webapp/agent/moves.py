@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
-from webapp import audit
+from webapp import audit_chain
 from webapp.agent.loop import Loop
 from webapp.agent.states import IDLE, MOVING, CallStatus, ConversationStatus
 from webapp.llm.client import ModelError
@@ -257,7 +257,7 @@ def _fail(session: Session, conversation_id: int, version: int, owner: str, code
         .returning(Conversation.tenant_id)
     )
     if tenant_id is not None:
-        audit.record(
+        audit_chain.record(
             session,
             "conversation_failed",
             tenant_id=tenant_id,

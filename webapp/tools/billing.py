@@ -413,6 +413,9 @@ def _code_hash(tool_call_id: int, code: str) -> str:
     return hashlib.sha256(f"{tool_call_id}:{code}".encode()).hexdigest()
 
 
+EXPORT_JOB = "jobs.exports.export_customer_data"  # its work is webapp/tools/exports.py; tools never import jobs/
+
+
 class ExportCustomerData(Tool):
     name = "export_customer_data"
     title = "Export a customer's data"
@@ -430,16 +433,12 @@ class ExportCustomerData(Tool):
 
     def execute(self, input: Input, context: ToolContext) -> Task:  # noqa: A002
         """Start the export job (once per call: its id is the call's) and report it as working."""
-        from jobs.exports import export_customer_data  # (a job the workers run in the app)
-
         customer = _customer(context, input.customer_id)
         if context.background is None:
             raise ToolError("Exports need the background workers, and none are configured here.")
         job_id = f"export-{context.tool_call_id}"
         file_name = f"customer-{customer.id}-export-{context.tool_call_id}.json"
-        context.background.start_background(
-            export_customer_data, context.tenant_id, customer.id, file_name, job_id=job_id
-        )
+        context.background.start_background(EXPORT_JOB, context.tenant_id, customer.id, file_name, job_id=job_id)
         return Task(
             WORKING,
             message="Export queued; waiting for a worker.",
@@ -450,15 +449,13 @@ class ExportCustomerData(Tool):
 
     def resume(self, task: Task, context: ToolContext) -> Task:
         """Follow the export job: its progress, its file once done, or why it failed."""
-        from jobs.exports import export_customer_data
-
         state = context.background.background_state(task.data["job_id"])
         if state is None:  # Redis lost the job (a restart): start it again, a few times at most
             restarts = int(task.data.get("restarts", 0)) + 1
             if restarts > 3:
                 return Task(FAILED, message="The export job was lost three times; the export was not made.")
             context.background.start_background(
-                export_customer_data,
+                EXPORT_JOB,
                 context.tenant_id,
                 task.data["customer_id"],
                 task.data["file"],

