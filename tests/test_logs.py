@@ -11,8 +11,8 @@ import threading
 import pytest
 from sqlalchemy import select
 
+from tests.clients import session_as
 from tests.conftest import wait_until
-from tests.test_security import session_as
 from webapp import logs
 from webapp.config import Config
 from webapp.models import Conversation

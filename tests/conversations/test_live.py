@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tests.clients import session_as
 from tests.conftest import wait_until
-from tests.test_security import session_as
 from webapp.config import Config
 from webapp.runtime.queue import Dispatcher
 from webapp.runtime.services import services

@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 import pytest
 from sqlalchemy import func, select
 
+from tests.clients import session_as
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.decisions import arguments_hash, decide
@@ -80,17 +81,6 @@ def sign_in(client, email: str) -> None:
     response = client.post("/login", data={"email": email, "password": "demo-password", "csrf_token": token})
     assert response.status_code == 302, response.get_data(as_text=True)
     db.session.remove()
-
-
-def session_as(app, email: str):
-    """A test client whose session belongs to this user (for walking many routes quickly)."""
-    client = app.test_client()
-    user = db.session.scalar(select(User).where(User.email == email))
-    with client.session_transaction() as session:
-        session["_user_id"] = user.get_id()
-        session["_fresh"] = True
-    db.session.remove()
-    return client
 
 
 @pytest.fixture

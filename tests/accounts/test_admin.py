@@ -4,58 +4,17 @@ plain and htmx answers, and the audit events each change leaves."""
 from __future__ import annotations
 
 import json
-import re
 import uuid
 
 import pytest
 from sqlalchemy import func, select
 
+from tests.clients import PASSWORD, Browser, sign_in, try_sign_in
 from webapp import identity
 from webapp.models import AuditEvent, Tenant, User
 from webapp.runtime.extensions import db
 
-PASSWORD = "demo-password"
 ADMIN = "admin@acme.test"
-CSRF = re.compile(r'name="csrf_token"[^>]*value="([^"]+)"')
-
-
-class Browser:
-    """A test client signed in through the real /login form. Every request ends the app's database
-    session, because the test holds the app context open and on SQLite that session keeps the lock."""
-
-    def __init__(self, app) -> None:
-        self.client = app.test_client()
-
-    def get(self, url: str, **kw):
-        return self._done(self.client.get(url, **kw))
-
-    def post(self, url: str, data: dict | None = None, htmx: bool = False, csrf: bool = True):
-        data = dict(data or {})
-        if csrf and "csrf_token" not in data:
-            data["csrf_token"] = self.csrf_token()
-        headers = {"HX-Request": "true"} if htmx else {}
-        return self._done(self.client.post(url, data=data, headers=headers))
-
-    def csrf_token(self, page: str = "/") -> str:
-        return CSRF.search(self.get(page).text).group(1)
-
-    @staticmethod
-    def _done(response):
-        db.session.remove()
-        return response
-
-
-def try_sign_in(app, email: str, password: str = PASSWORD):
-    """(browser, response) of a sign-in through the real form."""
-    browser = Browser(app)
-    token = browser.csrf_token("/login")
-    return browser, browser.post("/login", {"csrf_token": token, "email": email, "password": password})
-
-
-def sign_in(app, email: str, password: str = PASSWORD) -> Browser:
-    browser, response = try_sign_in(app, email, password)
-    assert response.status_code == 302, response.text
-    return browser
 
 
 def unique_email(tenant: str = "acme") -> str:

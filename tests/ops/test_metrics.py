@@ -9,9 +9,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select, update
 
+from tests.clients import session_as
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
-from tests.test_security import session_as
 from webapp.config import Config
 from webapp.models import Conversation, ModelCall, ToolCall, utcnow
 from webapp.ops.metrics import Tally

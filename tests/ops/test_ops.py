@@ -13,9 +13,8 @@ from rq import Queue, SimpleWorker
 from rq.registry import FailedJobRegistry
 from sqlalchemy import select
 
+from tests.clients import Browser, session_as, sign_in
 from tests.model_server import Fault
-from tests.test_admin import Browser, sign_in
-from tests.test_security import session_as
 from webapp.config import Config
 from webapp.models import Conversation, Tenant, User, utcnow
 from webapp.runtime.extensions import db

@@ -9,10 +9,10 @@ from html import unescape
 import pytest
 from sqlalchemy import func, select
 
+from tests.clients import session_as
 from tests.conftest import wait_until
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
-from tests.test_security import session_as
 from webapp.models import AuditEvent, Conversation, Decision, Refund, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
