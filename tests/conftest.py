@@ -12,12 +12,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis as redis_lib
-from flask.globals import _cv_app
+from flask import Flask, has_app_context
 from flask.testing import FlaskClient
 from rq import Worker
 from sqlalchemy import create_engine, make_url, text
@@ -209,34 +210,58 @@ def session(engine, clean) -> Iterator[Session]:
         yield session
 
 
-class IsolatedClient(FlaskClient):
-    """Each request runs in its own app context, as in production, even though the test holds one
-    open for its own queries: no `g` (signed-in user, CSRF token) or database session is shared
-    between requests or with the test."""
+class WebClient(FlaskClient):
+    """A test client of the app's web twin (see the `app` fixture): each of its requests runs in an
+    app context of its own, as in production, so no `g` (signed-in user, CSRF token) or database
+    session is shared between requests or with the test."""
+
+    def __init__(self, application, *args, **kwargs) -> None:
+        super().__init__(application.config.get("WEB_TWIN", application), *args, **kwargs)
 
     def open(self, *args, **kwargs):
         from webapp.runtime.extensions import db
 
-        if _cv_app.get(None) is not None:
+        if has_app_context():
             db.session.remove()  # end the test's own transaction: on SQLite it would hold the write lock
-        token = _cv_app.set(None)
-        try:
-            return super().open(*args, **kwargs)
-        finally:
-            _cv_app.reset(token)
+        return super().open(*args, **kwargs)
+
+
+def desk_app(env: dict[str, str]) -> Flask:
+    """create_app() for a test. Its test clients talk to a twin built from the same configuration,
+    as a browser talks to a web process: Flask reuses a pushed app context only for the app it
+    belongs to, so each request of a client gets a fresh one while the test holds the app's context
+    for its own queries (Flask-SQLAlchemy's testing pattern)."""
+    from webapp import create_app
+
+    config = Config.from_env(env)
+    app = create_app(config)
+    twin = create_app(config)
+    twin.config = app.config  # what a test sets on the app (CSRF off, a session lifetime) holds for requests
+    twin.extensions["desk"] = app.extensions["desk"]  # one set of services: config, queue, tools
+    app.config["WEB_TWIN"] = twin
+    app.test_client_class = twin.test_client_class = WebClient
+    return app
+
+
+@contextmanager
+def pushed(app: Flask) -> Iterator[Flask]:
+    """The app with its context pushed for the test's own queries; both twins' engines are closed
+    afterwards."""
+    from webapp.runtime.extensions import db
+
+    with app.app_context():
+        yield app
+        db.session.remove()
+    for each in (app.config.get("WEB_TWIN"), app):
+        if each is not None:
+            with each.app_context():
+                db.engine.dispose()
 
 
 @pytest.fixture
 def app(env, clean):
-    from webapp import create_app
-    from webapp.runtime.extensions import db
-
-    app = create_app(Config.from_env(env))
-    app.test_client_class = IsolatedClient
-    with app.app_context():
+    with pushed(desk_app(env)) as app:
         yield app
-        db.session.remove()
-        db.engine.dispose()
 
 
 @pytest.fixture

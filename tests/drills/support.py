@@ -181,13 +181,9 @@ class Http:
 def api_with(env: dict[str, str], **overrides: str):
     """An ApiClient (tests/conftest.py) on an app configured like the drill's workers: a job's retry
     policy is set by whoever enqueues it, the web process included."""
-    from tests.conftest import ApiClient, IsolatedClient
-    from webapp import create_app
-    from webapp.config import Config
+    from tests.conftest import ApiClient, desk_app
 
-    app = create_app(Config.from_env({**env, **overrides}))
-    app.test_client_class = IsolatedClient
-    return ApiClient(app)
+    return ApiClient(desk_app({**env, **overrides}))
 
 
 # --- a Redis server of the drill's own ------------------------------------------------------------

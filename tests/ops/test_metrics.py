@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select, update
 
 from tests.clients import session_as
+from tests.conftest import desk_app, pushed
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.config import Config
@@ -24,15 +25,8 @@ TOKEN = "metrics-token-for-the-tests-0123"
 @pytest.fixture
 def app(env, clean):
     """The app with a METRICS_TOKEN (the conftest's app has none)."""
-    from tests.conftest import IsolatedClient
-    from webapp import create_app
-
-    app = create_app(Config.from_env({**env, "METRICS_TOKEN": TOKEN}))
-    app.test_client_class = IsolatedClient
-    with app.app_context():
+    with pushed(desk_app({**env, "METRICS_TOKEN": TOKEN})) as app:
         yield app
-        db.session.remove()
-        db.engine.dispose()
 
 
 def closed_port() -> int:

@@ -14,8 +14,8 @@ from rq.registry import FailedJobRegistry
 from sqlalchemy import select
 
 from tests.clients import Browser, session_as, sign_in
+from tests.conftest import desk_app, pushed
 from tests.model_server import Fault
-from webapp.config import Config
 from webapp.models import Conversation, Tenant, User, utcnow
 from webapp.runtime.extensions import db
 
@@ -160,13 +160,8 @@ def test_stuck_conversations_are_listed_with_the_reason(app):
 @pytest.fixture
 def redis_down_app(env, clean):
     """A second app whose Redis is a closed port."""
-    from webapp import create_app
-
-    app = create_app(Config.from_env({**env, "REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0"}))
-    with app.app_context():
+    with pushed(desk_app({**env, "REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0"})) as app:
         yield app
-        db.session.remove()
-        db.engine.dispose()
 
 
 def test_the_page_renders_with_a_message_when_redis_is_unreachable(app, api, model, redis_down_app):

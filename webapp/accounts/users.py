@@ -20,6 +20,7 @@ from webapp import audit_chain, identity
 from webapp.identity import EMAIL_RE, AccountError
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
+from webapp.web.htmx import is_htmx
 from webapp.web.security import roles_required
 
 bp = Blueprint("users", __name__, url_prefix="/admin/users")
@@ -210,12 +211,8 @@ def _sentence(message: str) -> str:
     return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
 
 
-def _htmx() -> bool:
-    return request.headers.get("HX-Request") == "true"
-
-
 def _done(user: User, message: str):
-    if _htmx():
+    if is_htmx():
         return render_template("accounts/_user_row.html", user=user, roles=ROLES, notice=message)
     flash(message, "info")
     return redirect(url_for(".index", _anchor=f"user-{user.id}"), 303)
@@ -224,9 +221,9 @@ def _done(user: User, message: str):
 def _failed(user: User, exc: AccountError):
     db.session.rollback()  # the row then shows what is stored
     message = _sentence(str(exc))
-    if _htmx():
-        # 200, not 422: htmx 2 swaps no 4xx answer by default, and the person must see the error.
-        return render_template("accounts/_user_row.html", user=user, roles=ROLES, error=message)
+    if is_htmx():
+        # 422, which the base template's htmx config swaps (webapp/web/htmx.py): the row shows the error.
+        return render_template("accounts/_user_row.html", user=user, roles=ROLES, error=message), 422
     return _users_page(CreateUserForm(formdata=None), row_errors={user.id: message}), 422
 
 

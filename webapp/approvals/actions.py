@@ -5,11 +5,10 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from webapp import audit_chain
 from webapp.agent import decisions
 from webapp.agent.states import CallStatus
-from webapp.conversations.actions import enqueue_after_commit
-from webapp.models import ToolCall, User
+from webapp.conversations import actions as conversations
+from webapp.models import Conversation, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.errors import Refused
@@ -81,12 +80,12 @@ def decide(
     except decisions.DecisionError as exc:
         session.rollback()
         raise Refused(DECISION_STATUS.get(exc.code, 409), exc.code, exc.message) from None
-    audit_chain.record(
+    conversations.commit_change(
         session,
         "approval_decided",
-        tenant_id=call.tenant_id,
-        actor=reviewer,
-        conversation_id=call.conversation_id,
+        reviewer,
+        session.get(Conversation, call.conversation_id),  # locked by the decision already
+        version,
         tool_call_id=call.id,
         tool_name=call.name,
         outcome=call.status,
@@ -100,8 +99,4 @@ def decide(
             "approvals_required": call.approvals_required,
         },
     )
-    session.commit()
-    if version is not None:
-        enqueue_after_commit(call.conversation_id, version)
-    services().dispatcher.changed(call.tenant_id, call.conversation_id)
     return call

@@ -23,7 +23,9 @@ from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, Decision, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.web import htmx
 from webapp.web.errors import Refused
+from webapp.web.pagination import BadCursor, Page, keyset_page
 from webapp.web.security import roles_required
 
 bp = Blueprint("approvals", __name__, url_prefix="/approvals")
@@ -74,24 +76,33 @@ def _pending_query(filters: dict):
 @roles_required("reviewer")
 def index():
     filters, problems = _filters()
-    query = _pending_query(filters)
-    after = request.args.get("after", type=int)
-    if after:
-        query = query.where(ToolCall.id > after)  # ids grow with time: a simple, stable cursor
-    calls = list(db.session.scalars(query.limit(PAGE_SIZE + 1)))
-    more = len(calls) > PAGE_SIZE
-    calls = calls[:PAGE_SIZE]
+    try:
+        page = keyset_page(
+            db.session,
+            _pending_query(filters),
+            (ToolCall.created_at, ToolCall.id),
+            request.args.get("cursor"),
+            PAGE_SIZE,
+            key_values=lambda call: (call.created_at, call.id),
+            descending=False,  # oldest first: the call closest to expiring leads
+        )
+    except BadCursor as exc:
+        problems.append(str(exc))
+        page = Page([], None)
+    calls = page.rows
     people = {u.id: u for u in db.session.scalars(select(User).where(User.id.in_({c.acting_user_id for c in calls})))}
     tools = sorted(services().tools.names())
-    template = "approvals/_list.html" if request.headers.get("HX-Request") else "approvals/index.html"
-    return render_template(
-        template,
+    return htmx.render(
+        "approvals/index.html",
+        "approvals/_list.html",
         calls=calls,
         people=people,
         filters=filters,
         problems=problems,
         tools=tools,
-        more_url=url_for("approvals.index", **{**request.args.to_dict(), "after": calls[-1].id}) if more else None,
+        more_url=url_for("approvals.index", **{**request.args.to_dict(), "cursor": page.next_cursor})
+        if page.next_cursor
+        else None,
         now=utcnow(),
         total=approvals.pending_count(current_user),
     )
@@ -195,7 +206,7 @@ def decide(tool_call_id: int):
         call.status, "Recorded"
     )
     flash(f"{verb}: {call.name} #{call.id}.", "info")
-    if request.headers.get("HX-Request"):
+    if htmx.is_htmx():
         return render_template("approvals/_decision.html", **_panel_context(call))
     following = db.session.scalar(approvals.pending(current_user).limit(1))
     target = url_for("approvals.show", tool_call_id=following.id) if following else url_for("approvals.index")
@@ -204,10 +215,11 @@ def decide(tool_call_id: int):
 
 def _refused(tool_call_id: int, exc: Refused):
     db.session.rollback()
-    flash(exc.message, "error")
-    if request.headers.get("HX-Request"):
-        return render_template("approvals/_decision.html", **_panel_context(_call(tool_call_id))), exc.status
-    return redirect(url_for("approvals.show", tool_call_id=tool_call_id), code=303)
+    return htmx.refused(
+        exc,
+        lambda status: (render_template("approvals/_decision.html", **_panel_context(_call(tool_call_id))), status),
+        url_for("approvals.show", tool_call_id=tool_call_id),
+    )
 
 
 def key_arguments(call: ToolCall) -> str:

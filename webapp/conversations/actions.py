@@ -63,15 +63,14 @@ def start(session: Session, user: User, text: object) -> Conversation:
     session.flush()
     services().loop(session, conversation).ask_later(text)
     version = moves.start_run(session, conversation)
-    audit_chain.record(
+    commit_change(
         session,
         "conversation_started",
-        tenant_id=user.tenant_id,
-        actor=user,
-        conversation_id=conversation.id,
+        user,
+        conversation,
+        version,
         data={"message": text},
     )
-    _commit_and_enqueue(session, conversation, version)
     return conversation
 
 
@@ -85,15 +84,14 @@ def post_message(session: Session, user: User, conversation: Conversation, text:
     except ConversationBusy as exc:
         raise Refused(409, "conversation_busy", str(exc)) from None
     version = moves.start_run(session, conversation)
-    audit_chain.record(
+    commit_change(
         session,
         "message_sent",
-        tenant_id=user.tenant_id,
-        actor=user,
-        conversation_id=conversation.id,
+        user,
+        conversation,
+        version,
         data={"message": text},
     )
-    _commit_and_enqueue(session, conversation, version)
 
 
 def cancel(session: Session, user: User, conversation: Conversation) -> None:
@@ -103,15 +101,14 @@ def cancel(session: Session, user: User, conversation: Conversation) -> None:
         version = moves.request_cancel(session, conversation, user.id)
     except ValueError:
         raise Refused(409, "not_running", f"The conversation is {conversation.status}; nothing to stop.") from None
-    audit_chain.record(
+    commit_change(
         session,
         "cancel_requested",
-        tenant_id=user.tenant_id,
-        actor=user,
-        conversation_id=conversation.id,
+        user,
+        conversation,
+        version,
         data={"status": conversation.status},
     )
-    _commit_and_enqueue(session, conversation, version)
 
 
 def retry(session: Session, user: User, conversation: Conversation) -> None:
@@ -121,15 +118,14 @@ def retry(session: Session, user: User, conversation: Conversation) -> None:
     version = moves.retry(session, conversation)
     if version is None:
         raise Refused(409, "not_failed", f"The conversation is {conversation.status}; only a failed one is retried.")
-    audit_chain.record(
+    commit_change(
         session,
         "retry_requested",
-        tenant_id=user.tenant_id,
-        actor=user,
-        conversation_id=conversation.id,
+        user,
+        conversation,
+        version,
         data={"error": error},
     )
-    _commit_and_enqueue(session, conversation, version)
 
 
 def extend_budget(session: Session, user: User, conversation: Conversation, extra_moves: object) -> None:
@@ -142,15 +138,14 @@ def extend_budget(session: Session, user: User, conversation: Conversation, extr
     version = moves.extend_budget(session, conversation, moves=extra_moves)
     if version is None:
         raise Refused(409, "not_exhausted", f"The conversation is {conversation.status}, not out of budget.")
-    audit_chain.record(
+    commit_change(
         session,
         "budget_extended",
-        tenant_id=user.tenant_id,
-        actor=user,
-        conversation_id=conversation.id,
+        user,
+        conversation,
+        version,
         data={"before": before, "after": conversation.move_budget},
     )
-    _commit_and_enqueue(session, conversation, version)
 
 
 def give_input(session: Session, user: User, tool_call_id: int, text: object) -> ToolCall:
@@ -168,17 +163,17 @@ def give_input(session: Session, user: User, tool_call_id: int, text: object) ->
         version = moves.give_input(session, call, text.strip())
     except moves.InputRefused as exc:
         raise Refused(409, "not_waiting_for_input", str(exc)) from None
-    audit_chain.record(  # what was typed stays out of the log: it may be a secret such as a code
+    # what was typed stays out of the log: it may be a secret such as a code
+    commit_change(
         session,
         "task_input_given",
-        tenant_id=user.tenant_id,
-        actor=user,
-        conversation_id=conversation.id,
+        user,
+        conversation,
+        version,
         tool_call_id=call.id,
         tool_name=call.name,
         data={"chars": len(text.strip())},
     )
-    _commit_and_enqueue(session, conversation, version)
     return call
 
 
@@ -188,7 +183,15 @@ def _may_steer(user: User, conversation: Conversation) -> None:
     raise Refused(403, "forbidden", "Only the conversation's agent, reviewers and admins may do this.")
 
 
-def _commit_and_enqueue(session: Session, conversation: Conversation, version: int | None) -> None:
+def commit_change(
+    session: Session, action: str, actor: User, conversation: Conversation, version: int | None, **event
+) -> None:
+    """The ending every action shares: audit what the person did (in the same transaction as the
+    change), commit, and only then enqueue the move the change queued (if any) and tell the pages
+    showing the conversation and the tenant's approvals."""
+    audit_chain.record(
+        session, action, tenant_id=conversation.tenant_id, actor=actor, conversation_id=conversation.id, **event
+    )
     session.commit()
     if version is not None:
         enqueue_after_commit(conversation.id, version)

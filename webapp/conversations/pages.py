@@ -5,11 +5,9 @@ One rendering path: the pages include their fragments, and htmx requests get the
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask import Blueprint, abort, flash, redirect, request, url_for
 from flask_login import current_user
-from sqlalchemy import or_, select
+from sqlalchemy import select
 
 from webapp.agent.states import IDLE
 from webapp.conversations import actions as conversations
@@ -17,7 +15,9 @@ from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.web import htmx
 from webapp.web.errors import Refused
+from webapp.web.pagination import BadCursor, Page, keyset_page
 from webapp.web.security import roles_required
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
@@ -61,17 +61,16 @@ def _render_conversation(conversation: Conversation, status: int = 200, keep_dra
         else None,
         "task_forms": True,
     }
-    template = "conversations/_conversation.html" if request.headers.get("HX-Request") else "conversations/show.html"
-    return render_template(template, **context), status
+    return htmx.render("conversations/show.html", "conversations/_conversation.html", status, **context)
 
 
 def _refused_here(conversation: Conversation, exc: Refused):
     db.session.rollback()
-    if request.headers.get("HX-Request"):
-        flash(exc.message, "error")
-        return _render_conversation(conversation, exc.status)
-    flash(exc.message, "error")
-    return redirect(url_for("conversations.show", conversation_id=conversation.id), code=303)
+    return htmx.refused(
+        exc,
+        lambda status: _render_conversation(conversation, status),
+        url_for("conversations.show", conversation_id=conversation.id),
+    )
 
 
 @bp.get("")
@@ -80,24 +79,27 @@ def index():
     query = (request.args.get("q") or "").strip()[:200]
     statement = select(Conversation).where(conversations.visible_to(current_user))
     if query:
-        statement = statement.where(Conversation.title.ilike(f"%{_like_escape(query)}%", escape="\\"))
-    before = _cursor(request.args.get("before"))
-    if before:
-        updated_at, conversation_id = before
-        statement = statement.where(
-            or_(
-                Conversation.updated_at < updated_at,
-                (Conversation.updated_at == updated_at) & (Conversation.id < conversation_id),
-            )
+        statement = statement.where(Conversation.title.icontains(query, autoescape=True))
+    problem = None
+    try:
+        page = keyset_page(
+            db.session,
+            statement,
+            (Conversation.updated_at, Conversation.id),
+            request.args.get("cursor"),
+            PAGE_SIZE,
+            key_values=lambda conversation: (conversation.updated_at, conversation.id),
         )
-    newest_first = statement.order_by(Conversation.updated_at.desc(), Conversation.id.desc())
-    page = list(db.session.scalars(newest_first.limit(PAGE_SIZE + 1)))
-    more = len(page) > PAGE_SIZE
-    page = page[:PAGE_SIZE]
-    next_cursor = f"{page[-1].updated_at.isoformat()}_{page[-1].id}" if more else None
-    template = "conversations/_list.html" if request.headers.get("HX-Request") else "conversations/index.html"
-    return render_template(
-        template, conversations=page, query=query, next_cursor=next_cursor, status_labels=STATUS_LABELS
+    except BadCursor as exc:
+        problem, page = str(exc), Page([], None)
+    return htmx.render(
+        "conversations/index.html",
+        "conversations/_list.html",
+        conversations=page.rows,
+        query=query,
+        next_cursor=page.next_cursor,
+        problem=problem,
+        status_labels=STATUS_LABELS,
     )
 
 
@@ -184,20 +186,6 @@ def give_input(conversation_id: int, tool_call_id: int):
 
 
 def _after_action(conversation: Conversation, keep_draft: bool = True):
-    if request.headers.get("HX-Request"):
+    if htmx.is_htmx():
         return _render_conversation(conversation, keep_draft=keep_draft)
     return redirect(url_for("conversations.show", conversation_id=conversation.id), code=303)
-
-
-def _cursor(raw: str | None) -> tuple[datetime, int] | None:
-    if not raw:
-        return None
-    stamp, _, ident = raw.rpartition("_")
-    try:
-        return datetime.fromisoformat(stamp), int(ident)
-    except ValueError:
-        return None
-
-
-def _like_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -80,7 +80,7 @@ def keyset_page(
             row, values = tuple_(*keys), tuple_(*after)
             statement = statement.where(row < values if descending else row > values)
     order = [key.desc() if descending else key.asc() for key in keys]
-    rows = list(session.scalars(statement.order_by(*order).limit(size + 1)))
+    rows = list(session.scalars(statement.order_by(None).order_by(*order).limit(size + 1)))
     more = len(rows) > size
     rows = rows[:size]
     return Page(rows, encode_cursor(key_values(rows[-1])) if more and rows else None)

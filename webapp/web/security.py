@@ -20,6 +20,7 @@ from sqlalchemy import select
 from webapp.config import Config
 from webapp.models import User
 from webapp.runtime.extensions import db
+from webapp.web.htmx import is_htmx
 
 login_manager = LoginManager()
 csrf = CSRFProtect()
@@ -119,7 +120,7 @@ def roles_required(*roles: str):
         @wraps(view)
         def wrapper(*args, **kwargs):
             if not current_user.is_authenticated:
-                if request.headers.get("HX-Request"):  # htmx would swap the sign-in page into a fragment
+                if is_htmx():  # htmx would swap the sign-in page into a fragment
                     return "", 401, {"HX-Redirect": url_for("auth.login", next=request.full_path.rstrip("?"))}
                 return login_manager.unauthorized()
             if not any(current_user.has_role(role) for role in roles):
