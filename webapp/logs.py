@@ -86,10 +86,6 @@ def pop(token: Token) -> None:
         _ids.set({})
 
 
-def current_ids() -> dict[str, object]:
-    return dict(_ids.get())
-
-
 def new_request_id() -> str:
     return uuid.uuid4().hex[:16]
 
