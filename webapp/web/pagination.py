@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, tuple_
+from sqlalchemy import ColumnElement, Select, TypeDecorator, tuple_
 from sqlalchemy.orm import Session
 
 
@@ -46,10 +46,13 @@ def decode_cursor(raw: str, keys: Sequence[ColumnElement]) -> tuple:
         raise BadCursor("This page link is not valid any more; go back to the first page.")
     typed = []
     for value, key in zip(values, keys, strict=True):
-        kind = key.type.python_type
+        kind = _python_type(key)
         try:
             if kind is datetime and isinstance(value, str):
-                typed.append(datetime.fromisoformat(value))
+                moment = datetime.fromisoformat(value)
+                if moment.tzinfo is None:  # every timestamp we store is UTC, so a cursor's is too
+                    raise ValueError
+                typed.append(moment)
             elif isinstance(value, kind) and not isinstance(value, bool):
                 typed.append(value)
             else:
@@ -57,6 +60,13 @@ def decode_cursor(raw: str, keys: Sequence[ColumnElement]) -> tuple:
         except (TypeError, ValueError):
             raise BadCursor("This page link is not valid any more; go back to the first page.") from None
     return tuple(typed)
+
+
+def _python_type(key: ColumnElement) -> type:
+    kind = key.type
+    while isinstance(kind, TypeDecorator):  # UTCDateTime and the like: the type they store
+        kind = kind.impl_instance
+    return kind.python_type
 
 
 def keyset_page(
@@ -77,8 +87,8 @@ def keyset_page(
         if len(keys) == 1:
             statement = statement.where(keys[0] < after[0] if descending else keys[0] > after[0])
         else:
-            row, values = tuple_(*keys), tuple_(*after)
-            statement = statement.where(row < values if descending else row > values)
+            row = tuple_(*keys)  # compared with a plain tuple, each value is bound with its key's type
+            statement = statement.where(row < after if descending else row > after)
     order = [key.desc() if descending else key.asc() for key in keys]
     rows = list(session.scalars(statement.order_by(None).order_by(*order).limit(size + 1)))
     more = len(rows) > size
