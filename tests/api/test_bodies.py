@@ -1,0 +1,412 @@
+"""Request and response bodies of the JSON API (webapp/api/schemas.py): strict, closed requests refused
+with every bad field named, and responses in the shape clients rely on."""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import pytest
+from sqlalchemy import func, select
+
+from tests.model_server import Reply
+from tests.replies import reply, text, tool_use
+from webapp.agent.decisions import arguments_hash
+from webapp.api import schemas
+from webapp.models import Conversation, Decision, Refund, ToolCall
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
+from webapp.tools.tasks import STATUSES
+
+AGENT = "agent@acme.test"
+REVIEWER = "reviewer@acme.test"
+REFUND = {"invoice_id": 4471, "amount_cents": 9000, "reason": "late delivery"}
+
+CONVERSATION_KEYS = {
+    "id",
+    "title",
+    "status",
+    "stop_reason",
+    "error",
+    "cancel_requested",
+    "moves_used",
+    "move_budget",
+    "messages",
+    "tool_calls",
+    "tasks",
+    "usage",
+    "created_at",
+    "updated_at",
+}
+CALL_KEYS = {
+    "id",
+    "conversation_id",
+    "tool_use_id",
+    "name",
+    "input",
+    "arguments_hash",
+    "status",
+    "requires_approval",
+    "result",
+    "is_error",
+    "decided_by",
+    "decided_at",
+    "decision_reason",
+    "task",
+    "created_at",
+}
+TASK_KEYS = {
+    "tool_call_id",
+    "tool",
+    "status",
+    "message",
+    "progress",
+    "input_required",
+    "last_progress_at",
+    "next_check_at",
+}
+USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "model_calls"}
+
+
+def conversation_count(read) -> int:
+    return read(lambda s: s.scalar(select(func.count(Conversation.id))))
+
+
+def assert_refused(response, *fields: str) -> None:
+    """A 422 naming exactly these fields, in words of our own."""
+    assert response.status_code == 422, response.json
+    assert response.json["error"] == "invalid_field"
+    assert [item["field"] for item in response.json["fields"]] == list(fields)
+    for field in fields:
+        assert f'"{field}"' in response.json["message"]
+    raw = json.dumps(response.json)
+    assert "pydantic" not in raw and "Input should" not in raw and "Extra inputs" not in raw, raw
+
+
+def waiting_refund(api, model) -> dict:
+    """A conversation of the agent whose refund call waits for approval; the call as the API lists it."""
+    model.enqueue(Reply.message(reply(tool_use("issue_refund", REFUND))), match="refund please")
+    created = api.as_(AGENT).post("/api/conversations", json={"message": "refund please"}).json
+    assert services().loop(db.session, db.session.get(Conversation, created["id"])).complete() == "awaiting_approval"
+    db.session.remove()
+    (listed,) = api.as_(REVIEWER).get("/api/approvals").json["approvals"]
+    return listed
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+def test_an_unknown_field_is_refused_and_named_not_ignored(api, read):
+    response = api.as_(AGENT).post("/api/conversations", json={"message": "hi", "colour": "red"})
+    assert_refused(response, "colour")
+    assert response.json["fields"] == [{"field": "colour", "problem": "is not a field of this request"}]
+    assert response.json["message"] == '"colour" is not a field of this request.'
+    assert conversation_count(read) == 0
+
+
+def test_every_bad_field_is_named_in_one_answer(api, read):
+    response = api.as_(AGENT).post("/api/conversations", json={"message": 42, "colour": "red"})
+    assert_refused(response, "message", "colour")
+    assert response.json["message"] == (
+        '"message" must be a non-empty string of at most 20,000 characters; "colour" is not a field of this request.'
+    )
+    assert conversation_count(read) == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "sent", "field"),
+    [
+        ("/api/conversations", {"message": ["hi"]}, "message"),
+        ("/api/conversations", {"message": None}, "message"),
+        ("/api/conversations/1/messages", {"message": 1.5}, "message"),
+        ("/api/conversations/1/budget", {"moves": "5"}, "moves"),
+        ("/api/conversations/1/budget", {"moves": True}, "moves"),
+        ("/api/approvals/1", {"decision": True}, "decision"),
+        ("/api/approvals/1", {"decision": "reject", "reason": 5}, "reason"),
+        ("/api/approvals/1", {"decision": "approve", "arguments_hash": 123}, "arguments_hash"),
+        ("/api/tool-calls/1/input", {"input": 123456}, "input"),
+    ],
+)
+def test_a_wrong_type_is_refused_with_the_fields_name(api, url, sent, field):
+    email = AGENT if "/messages" in url or "/input" in url or url == "/api/conversations" else REVIEWER
+    assert_refused(api.as_(email).post(url, json=sent), field)
+
+
+def test_an_empty_or_blank_or_missing_message_is_refused(api, read):
+    agent = api.as_(AGENT)
+    for sent in ({"message": ""}, {"message": " \n\t"}, {}):
+        response = agent.post("/api/conversations", json=sent)
+        assert_refused(response, "message")
+        assert "non-empty string" in response.json["message"] and "Write a message first." in response.json["message"]
+    assert "is required" in agent.post("/api/conversations", json={}).json["fields"][0]["problem"]
+    assert conversation_count(read) == 0
+
+
+def test_an_over_long_message_is_refused_with_the_limit(api, read):
+    from webapp.conversations.actions import MAX_MESSAGE_CHARS
+
+    agent = api.as_(AGENT)
+    response = agent.post("/api/conversations", json={"message": "x" * (MAX_MESSAGE_CHARS + 1)})
+    assert_refused(response, "message")
+    assert f"at most {MAX_MESSAGE_CHARS:,} characters" in response.json["message"]
+    assert conversation_count(read) == 0
+    assert agent.post("/api/conversations", json={"message": "x" * MAX_MESSAGE_CHARS}).status_code == 201
+
+
+def test_the_reason_has_its_limit_too(api, model):
+    from webapp.approvals.actions import MAX_REASON_CHARS
+
+    call = waiting_refund(api, model)
+    response = api.as_(REVIEWER).post(
+        f"/api/approvals/{call['id']}", json={"decision": "reject", "reason": "x" * (MAX_REASON_CHARS + 1)}
+    )
+    assert_refused(response, "reason")
+    assert f"at most {MAX_REASON_CHARS:,} characters" in response.json["message"]
+
+
+@pytest.mark.parametrize("edited", [[1, 2], "{}", 5, True])
+def test_edited_input_that_is_not_an_object_is_refused(api, model, edited):
+    call = waiting_refund(api, model)
+    response = api.as_(REVIEWER).post(
+        f"/api/approvals/{call['id']}", json={"decision": "approve", "edited_input": edited}
+    )
+    assert_refused(response, "edited_input")
+    assert "JSON object" in response.json["message"]
+    assert db.session.scalar(select(func.count(Decision.id))) == 0
+    assert db.session.get(ToolCall, call["id"]).status == "awaiting_approval"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["/api/conversations", "/api/conversations/1/messages", "/api/approvals/1", "/api/tool-calls/1/input"],
+)
+@pytest.mark.parametrize(
+    ("data", "content_type"),
+    [
+        (b"{not json", "application/json"),
+        (b"null", "application/json"),
+        (b'"message"', "application/json"),
+        (b'[{"message": "hi"}]', "application/json"),
+        (b"message=hi", "application/x-www-form-urlencoded"),
+        (b"", None),
+    ],
+)
+def test_a_body_that_is_not_a_json_object_is_400(api, url, data, content_type):
+    email = REVIEWER if "approvals" in url else AGENT
+    response = api.as_(email).post(url, data=data, content_type=content_type)
+    assert response.status_code == 400
+    assert response.json == {
+        "error": "invalid_json",
+        "message": "Send a JSON object with Content-Type: application/json.",
+    }
+
+
+def test_the_budget_defaults_to_ten_moves_and_refuses_unknown_fields(api):
+    created = api.as_(AGENT).post("/api/conversations", json={"message": "hi"}).json
+    db.session.execute(Conversation.__table__.update().values(status="budget_exhausted", moves_used=25, move_budget=25))
+    db.session.commit()
+    url = f"/api/conversations/{created['id']}/budget"
+    assert_refused(api.as_(REVIEWER).post(url, json={"move": 5}), "move")
+    response = api.as_(REVIEWER).post(url, json={})
+    assert response.status_code == 202
+    assert response.json == {"id": created["id"], "status": "queued", "move_budget": 35}
+
+
+def test_input_for_a_task_is_validated_before_anything_is_looked_up(api):
+    agent = api.as_(AGENT)
+    assert_refused(agent.post("/api/tool-calls/999999/input", json={"input": "1", "code": "2"}), "code")
+    response = agent.post("/api/tool-calls/999999/input", json={"input": ""})
+    assert_refused(response, "input")
+    assert "Type the input first." in response.json["message"]
+    assert agent.post("/api/tool-calls/999999/input", json={"input": "1"}).status_code == 404
+
+
+def test_a_flood_of_unknown_fields_gets_a_short_answer(api):
+    sent = {"message": "hi", **{f"field{i}": i for i in range(500)}}
+    response = api.as_(AGENT).post("/api/conversations", json=sent)
+    assert response.status_code == 422
+    assert len(response.json["fields"]) == schemas.MAX_PROBLEMS
+    assert response.json["message"].endswith(f"and {500 - schemas.MAX_PROBLEMS} more fields are wrong.")
+
+
+# --- edit and approve ---------------------------------------------------------------------------
+
+
+def test_approving_with_edits_through_the_api_runs_the_tool_with_the_edited_arguments(api, model):
+    call = waiting_refund(api, model)
+    edited = {**REFUND, "amount_cents": 5000}
+    decided = api.as_(REVIEWER).post(
+        f"/api/approvals/{call['id']}",
+        json={
+            "decision": "approve",
+            "reason": "half is fair",
+            "arguments_hash": call["arguments_hash"],
+            "edited_input": edited,
+        },
+    )
+    assert decided.status_code == 200, decided.json
+    assert set(decided.json) == CALL_KEYS
+    assert decided.json["status"] == "approved" and decided.json["decided_by"] == REVIEWER
+    assert decided.json["input"] == edited and decided.json["arguments_hash"] == arguments_hash(edited)
+
+    model.enqueue(Reply.message(reply(text("Refunded $50.00."))))
+    conversation = db.session.get(Conversation, call["conversation_id"])
+    assert services().loop(db.session, conversation).complete() == "completed"
+    refund = db.session.scalar(select(Refund))
+    assert (refund.invoice_id, refund.amount_cents) == (4471, 5000)
+    settled = db.session.get(ToolCall, call["id"])
+    assert settled.status == "succeeded" and settled.original_input == REFUND and settled.input == edited
+    told = model.requests[-1]["messages"][-1]["content"][0]["content"]
+    assert "changed the arguments before approving" in told and '"amount_cents": 5000' in told
+    decision = db.session.scalar(select(Decision).where(Decision.tool_call_id == call["id"]))
+    assert decision.edited_input == edited
+
+
+def test_edits_are_checked_against_the_tools_schema_and_go_only_with_an_approval(api, model):
+    call = waiting_refund(api, model)
+    reviewer = api.as_(REVIEWER)
+    url = f"/api/approvals/{call['id']}"
+    wrong = reviewer.post(url, json={"decision": "approve", "edited_input": {**REFUND, "amount_cents": "lots"}})
+    assert (
+        wrong.status_code == 422 and wrong.json["error"] == "invalid_input" and "amount_cents" in wrong.json["message"]
+    )
+    rejecting = reviewer.post(url, json={"decision": "reject", "reason": "no", "edited_input": REFUND})
+    assert rejecting.status_code == 422 and rejecting.json["error"] == "invalid_input"
+    stale = reviewer.post(url, json={"decision": "approve", "arguments_hash": "0" * 64})
+    assert stale.status_code == 409 and stale.json["error"] == "arguments_changed"
+    assert db.session.scalar(select(func.count(Decision.id))) == 0
+
+
+# --- responses ----------------------------------------------------------------------------------
+
+
+def test_every_response_carries_the_keys_clients_rely_on(api, model):
+    agent, reviewer = api.as_(AGENT), api.as_(REVIEWER)
+    created = agent.post("/api/conversations", json={"message": "hi"})
+    assert created.status_code == 201 and created.json == {"id": created.json["id"], "status": "queued"}
+    conversation_id = created.json["id"]
+
+    shown = agent.get(f"/api/conversations/{conversation_id}").json
+    assert set(shown) == CONVERSATION_KEYS and set(shown["usage"]) == USAGE_KEYS
+    assert shown["error"] is None and shown["cancel_requested"] is False and shown["tasks"] == []
+    row = db.session.get(Conversation, conversation_id)
+    assert shown["created_at"] == row.created_at.isoformat() and shown["updated_at"] == row.updated_at.isoformat()
+    db.session.remove()
+
+    cancelled = agent.post(f"/api/conversations/{conversation_id}/cancel")
+    assert cancelled.status_code == 202
+    assert cancelled.json == {"id": conversation_id, "status": cancelled.json["status"], "cancel_requested": True}
+
+    db.session.execute(
+        Conversation.__table__.update().values(status="failed", error_code="model_error", error_message="Model down.")
+    )
+    db.session.commit()
+    failed = agent.get(f"/api/conversations/{conversation_id}").json
+    assert failed["error"] == {"code": "model_error", "message": "Model down."} and failed["status"] == "failed"
+    retried = agent.post(f"/api/conversations/{conversation_id}/retry")
+    assert retried.status_code == 202 and retried.json == {"id": conversation_id, "status": "queued"}
+
+    db.session.execute(Conversation.__table__.update().values(status="completed"))
+    db.session.commit()
+    posted = agent.post(f"/api/conversations/{conversation_id}/messages", json={"message": "again"})
+    assert posted.status_code == 202 and posted.json == {"id": conversation_id, "status": "queued"}
+
+    listed = reviewer.get("/api/approvals").json
+    assert listed == {"approvals": []}
+    call = waiting_refund(api, model)
+    assert set(call) == CALL_KEYS
+
+
+def test_a_tool_call_is_shown_exactly_as_before(api, model):
+    """The JSON of a call, value by value, as the hand-built serializer wrote it."""
+    listed = waiting_refund(api, model)
+    decided = api.as_(REVIEWER).post(f"/api/approvals/{listed['id']}", json={"decision": "reject", "reason": "no"})
+    call = db.session.get(ToolCall, listed["id"])
+    assert decided.json == {
+        "id": call.id,
+        "conversation_id": call.conversation_id,
+        "tool_use_id": call.tool_use_id,
+        "name": "issue_refund",
+        "input": REFUND,
+        "arguments_hash": arguments_hash(REFUND),
+        "status": "rejected",
+        "requires_approval": True,
+        "result": call.result,
+        "is_error": True,
+        "decided_by": REVIEWER,
+        "decided_at": call.decided_at.isoformat(),
+        "decision_reason": "no",
+        "task": None,
+        "created_at": call.created_at.isoformat(),
+    }
+    assert decided.json["created_at"].endswith("+00:00")  # isoformat, as before: not pydantic's "Z"
+
+
+def test_a_task_waiting_for_input_is_shown_with_where_to_send_it(api, model):
+    model.enqueue(Reply.message(reply(tool_use("verify_identity", {"customer_id": 4471}))), match="verify")
+    created = api.as_(AGENT).post("/api/conversations", json={"message": "verify 4471"}).json
+    assert services().loop(db.session, db.session.get(Conversation, created["id"])).complete() == "awaiting_task"
+    db.session.remove()
+    shown = api.as_(AGENT).get(f"/api/conversations/{created['id']}").json
+    (task,) = shown["tasks"]
+    assert set(task) == TASK_KEYS and shown["tool_calls"][0]["task"] == task
+    assert task["status"] == "input_required" and task["progress"] is None
+    assert task["input_required"] == {
+        "prompt": "The 6-digit code the customer received by email",
+        "pending": False,
+        "url": f"/api/tool-calls/{task['tool_call_id']}/input",
+    }
+    assert task["last_progress_at"].endswith("+00:00")
+
+    given = api.as_(AGENT).post(task["input_required"]["url"], json={"input": "000000"})
+    assert given.status_code == 202 and set(given.json) == CALL_KEYS
+    assert given.json["task"]["input_required"]["pending"] is True
+
+
+def test_a_tasks_progress_keeps_the_number_the_tool_gave():
+    """1 stays 1 and 0.5 stays 0.5: the response models do not turn numbers into other numbers."""
+    call = ToolCall(id=1, conversation_id=1, name="countdown", status="awaiting_task", task_input=None)
+    call.task_progress_at = call.task_due_at = None
+    for progress in (1, 0.5, 0, None):
+        call.task = {"status": "working", "message": "Counting", "progress": progress}
+        shown = schemas.TaskView.of(call).model_dump(mode="json")
+        assert shown["progress"] == progress and type(shown["progress"]) is type(progress)
+
+
+# --- the models themselves ----------------------------------------------------------------------
+
+REQUESTS = [
+    schemas.StartConversation,
+    schemas.PostMessage,
+    schemas.ExtendBudget,
+    schemas.DecideApproval,
+    schemas.GiveInput,
+]
+
+
+@pytest.mark.parametrize("model", REQUESTS)
+def test_every_request_field_says_in_words_what_it_must_be(model):
+    for name, field in model.model_fields.items():
+        assert any(isinstance(item, schemas.Rule) for item in field.metadata), f"{model.__name__}.{name}"
+        assert field.description, f"{model.__name__}.{name} has no description"
+    document = model.model_json_schema()
+    assert document["additionalProperties"] is False and document["description"]
+
+
+def test_the_json_schemas_document_limits_and_choices():
+    from webapp.approvals.actions import MAX_REASON_CHARS
+    from webapp.conversations.actions import MAX_MESSAGE_CHARS
+    from webapp.tools.tasks import MAX_INPUT_CHARS
+
+    assert schemas.StartConversation.model_json_schema()["properties"]["message"]["maxLength"] == MAX_MESSAGE_CHARS
+    assert schemas.GiveInput.model_json_schema()["properties"]["input"]["maxLength"] == MAX_INPUT_CHARS
+    decide = schemas.DecideApproval.model_json_schema()
+    assert decide["required"] == ["decision"]
+    assert decide["properties"]["decision"]["enum"] == ["approve", "reject"]
+    assert {"maxLength": MAX_REASON_CHARS, "type": "string"} in decide["properties"]["reason"]["anyOf"]
+    budget = schemas.ExtendBudget.model_json_schema()["properties"]["moves"]
+    assert (budget["minimum"], budget["maximum"], budget["default"]) == (1, 1000, 10)
+    conversation = schemas.ConversationView.model_json_schema(mode="serialization")
+    assert set(conversation["properties"]) == CONVERSATION_KEYS
+    assert conversation["properties"]["created_at"]["format"] == "date-time"
+    assert typing.get_args(schemas.TaskStatus) == STATUSES

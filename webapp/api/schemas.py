@@ -1,0 +1,410 @@
+"""The JSON API's request and response bodies, as pydantic models.
+
+Requests are strict (no "5" for a number, no number for a text) and closed (an unknown field is refused,
+not ignored). `body(Model)` reads and validates the request; a failure is a 422 whose message names
+every bad field in words of our own (`Rule`), never pydantic's. Responses are built with `View.of(...)`
+and sent as `model_dump(mode="json")`. `Model.model_json_schema()` describes each of them.
+
+The domain functions (webapp.conversations.actions, webapp.approvals.actions) keep their own checks,
+since the HTML forms call them too; the limits here are theirs, imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+from flask import request
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema
+
+from webapp.agent.decisions import arguments_hash
+from webapp.agent.states import CallStatus, ConversationStatus
+from webapp.approvals.actions import MAX_REASON_CHARS
+from webapp.conversations.actions import MAX_MESSAGE_CHARS
+from webapp.models import Conversation, ToolCall
+from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
+from webapp.web.errors import Refused
+
+# --- requests ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a request field must be, in words for people: the whole rule, whatever part of it failed.
+    `when_empty` is one more sentence for a field that is missing or blank (what the pages say too)."""
+
+    must: str
+    when_empty: str | None = None
+
+
+class RequestBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _text(max_chars: int) -> Any:
+    """A string with something besides whitespace in it, of at most max_chars characters."""
+    return Field(min_length=1, max_length=max_chars, pattern=r"\S")
+
+
+class StartConversation(RequestBody):
+    """Start a conversation with its first message; the assistant answers in the background."""
+
+    message: Annotated[
+        str,
+        _text(MAX_MESSAGE_CHARS),
+        Field(description="The support agent's question or instruction for the assistant."),
+        Rule(f"must be a non-empty string of at most {MAX_MESSAGE_CHARS:,} characters", "Write a message first."),
+    ]
+
+
+class PostMessage(RequestBody):
+    """A follow-up message in a conversation whose assistant is not working."""
+
+    message: Annotated[
+        str,
+        _text(MAX_MESSAGE_CHARS),
+        Field(description="The support agent's next question or instruction for the assistant."),
+        Rule(f"must be a non-empty string of at most {MAX_MESSAGE_CHARS:,} characters", "Write a message first."),
+    ]
+
+
+class ExtendBudget(RequestBody):
+    """Give a conversation that ran out of moves some more (reviewers and admins)."""
+
+    moves: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=1000,
+            description="How many more moves (model calls or tool calls) the conversation's run may use.",
+        ),
+        Rule("must be a whole number from 1 to 1000"),
+    ] = 10
+
+
+class DecideApproval(RequestBody):
+    """A reviewer's decision on a tool call waiting for approval."""
+
+    decision: Annotated[
+        Literal["approve", "reject"],
+        Field(description="Run the call (approve) or refuse it (reject; the model is told the reason)."),
+        Rule('must be "approve" or "reject"'),
+    ]
+    reason: Annotated[
+        str | None,
+        Field(
+            max_length=MAX_REASON_CHARS,
+            description="Why; required to reject (the model reads it), optional to approve.",
+        ),
+        Rule(f"must be a string of at most {MAX_REASON_CHARS:,} characters, or null"),
+    ] = None
+    arguments_hash: Annotated[
+        str | None,
+        Field(
+            description=(
+                "The `arguments_hash` of the call as the reviewer saw it; the decision is refused (409 "
+                "arguments_changed) if the arguments changed since. Omitted: the call's current arguments."
+            ),
+        ),
+        Rule("must be the arguments_hash string shown with the call, or null"),
+    ] = None
+    edited_input: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description=(
+                'Edit and approve: the arguments the tool should run with instead of the model\'s (with "approve" '
+                "only). They are checked against the tool's input schema; the model is told who changed what."
+            ),
+            examples=[{"invoice_id": 4471, "amount_cents": 5000, "reason": "late delivery"}],
+        ),
+        Rule("must be a JSON object of the tool's arguments, or null"),
+    ] = None
+
+
+class GiveInput(RequestBody):
+    """What a person types for a tool call whose task waits for input (a verification code, say)."""
+
+    input: Annotated[
+        str,
+        _text(MAX_INPUT_CHARS),
+        Field(description="The text the task asks for (its prompt is in the task's `input_required`)."),
+        Rule(f"must be a non-empty string of at most {MAX_INPUT_CHARS:,} characters", "Type the input first."),
+    ]
+
+
+# --- refusing a request -----------------------------------------------------------------------------
+
+
+class FieldProblem(BaseModel):
+    field: str = Field(description="The request field, as sent.")
+    problem: str = Field(description='What is wrong with it, e.g. "must be a whole number from 1 to 1000".')
+
+
+class ErrorBody(BaseModel):
+    """Every error: a stable code for programs and a sentence for people."""
+
+    error: str = Field(description="A stable code, e.g. not_found, conversation_busy, already_decided.")
+    message: str = Field(description="What happened and what to do, for people.")
+
+
+class InvalidFieldsBody(ErrorBody):
+    """A request whose fields are wrong (422): every bad field, named."""
+
+    error: Literal["invalid_field"] = "invalid_field"
+    fields: list[FieldProblem]
+
+
+class InvalidFields(Refused):
+    """A body that is JSON but not what the endpoint takes; `view()` is the 422 answer."""
+
+    def __init__(self, problems: list[FieldProblem], advice: list[str], unlisted: int = 0) -> None:
+        clauses = [f'"{_shown(p.field)}" {p.problem}' for p in problems]
+        if unlisted:
+            clauses.append(f"and {unlisted} more {'field is' if unlisted == 1 else 'fields are'} wrong")
+        super().__init__(422, "invalid_field", " ".join(["; ".join(clauses) + ".", *advice]))
+        self.problems = problems
+
+    def view(self) -> InvalidFieldsBody:
+        return InvalidFieldsBody(message=self.message, fields=self.problems)
+
+
+MAX_PROBLEMS = 20  # a body of a thousand unknown fields is answered with twenty, and a count
+EMPTY = frozenset({"missing", "string_too_short", "string_pattern_mismatch"})
+
+M = TypeVar("M", bound=RequestBody)
+
+
+def body(model: type[M]) -> M:
+    """The request's JSON object as `model`: 400 invalid_json when it is not a JSON object, 422
+    invalid_field naming every bad field when it does not fit."""
+    data = request.get_json(silent=True)
+    return parse(model, data)
+
+
+def parse(model: type[M], data: object) -> M:
+    if not isinstance(data, dict):
+        raise Refused(400, "invalid_json", "Send a JSON object with Content-Type: application/json.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _refusal(model, exc) from None
+
+
+def _refusal(model: type[RequestBody], exc: ValidationError) -> InvalidFields:
+    problems: dict[str, FieldProblem] = {}
+    advice: list[str] = []
+    for error in exc.errors(include_url=False, include_context=False, include_input=False):
+        name = str(error["loc"][0]) if error["loc"] else "(body)"
+        if name in problems:
+            continue  # one problem per field: its whole rule
+        field = model.model_fields.get(name)
+        rule = next((m for m in field.metadata if isinstance(m, Rule)), None) if field else None
+        if error["type"] == "extra_forbidden" or field is None:
+            problem = "is not a field of this request"
+        elif rule is None:
+            problem = "is not valid"
+        elif error["type"] == "missing":
+            problem = f"is required and {rule.must}"
+        else:
+            problem = rule.must
+        if rule and rule.when_empty and error["type"] in EMPTY:
+            advice.append(rule.when_empty)
+        problems[name] = FieldProblem(field=name, problem=problem)
+    listed = list(problems.values())
+    return InvalidFields(listed[:MAX_PROBLEMS], advice, unlisted=max(0, len(listed) - MAX_PROBLEMS))
+
+
+def _shown(name: str) -> str:
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+# --- responses --------------------------------------------------------------------------------------
+
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(lambda value: value.isoformat(), return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time", "description": "ISO 8601, UTC (+00:00)."}),
+]
+Progress = Annotated[
+    int | float,  # as the tool reported it: 1 stays 1
+    WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1}),
+]
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]  # webapp.tools.tasks.STATUSES
+
+
+class InputRequired(BaseModel):
+    prompt: str = Field(description="What the task asks a person to type.")
+    pending: bool = Field(description="Input was given and waits for the assistant's next move to read it.")
+    url: str = Field(description='Where to POST it: {"input": "..."}.')
+
+
+class TaskView(BaseModel):
+    """A tool call's long-running task as people may see it (the tool's own data stays private)."""
+
+    tool_call_id: int
+    tool: str = Field(description="The tool's name.")
+    status: TaskStatus
+    message: str | None = Field(description='Where the task stands, e.g. "Exported invoices (2 of 3)".')
+    progress: Progress | None = Field(description="How far along, from 0 to 1, when the tool says.")
+    input_required: InputRequired | None = Field(
+        description="Set while the task waits for a person's input, with what it asks and where to send it."
+    )
+    last_progress_at: Timestamp | None = Field(description="When the task last changed.")
+    next_check_at: Timestamp | None = Field(description="When the assistant looks at it again.")
+
+    @classmethod
+    def of(cls, call: ToolCall) -> TaskView | None:
+        task = call.task
+        if not task:
+            return None
+        waiting_for_input = call.status == CallStatus.AWAITING_TASK and task.get("status") == INPUT_REQUIRED
+        return cls(
+            tool_call_id=call.id,
+            tool=call.name,
+            status=task.get("status"),
+            message=task.get("message"),
+            progress=task.get("progress"),
+            input_required=(
+                InputRequired(
+                    prompt=task.get("input_prompt") or "Input",
+                    pending=call.task_input is not None,
+                    url=f"/api/tool-calls/{call.id}/input",
+                )
+                if waiting_for_input
+                else None
+            ),
+            last_progress_at=call.task_progress_at,
+            next_check_at=call.task_due_at,
+        )
+
+
+class ToolCallView(BaseModel):
+    """One tool call the model asked for: its arguments, its state, who decided it and its result."""
+
+    id: int
+    conversation_id: int
+    tool_use_id: str = Field(description="The id of the model's tool_use block.")
+    name: str = Field(description="The tool's name.")
+    input: dict[str, Any] = Field(description="The arguments the tool runs (or ran) with, after any edit.")
+    arguments_hash: str = Field(description="The hash of `input`; send it with a decision.")
+    status: CallStatus
+    requires_approval: bool
+    result: str | None = Field(description="The tool_result content the model receives, once settled.")
+    is_error: bool = Field(description="The result is an error (failed, rejected, expired...).")
+    decided_by: str | None = Field(description="The email of the reviewer who settled the decision.")
+    decided_at: Timestamp | None
+    decision_reason: str | None
+    task: TaskView | None = Field(description="The call's task, when its tool answered with one.")
+    created_at: Timestamp
+
+    @classmethod
+    def of(cls, call: ToolCall) -> ToolCallView:
+        return cls(
+            id=call.id,
+            conversation_id=call.conversation_id,
+            tool_use_id=call.tool_use_id,
+            name=call.name,
+            input=call.input,
+            arguments_hash=arguments_hash(call.input),
+            status=call.status,
+            requires_approval=call.requires_approval,
+            result=call.result,
+            is_error=call.is_error,
+            decided_by=call.decided_by.email if call.decided_by else None,
+            decided_at=call.decided_at,
+            decision_reason=call.decision_reason,
+            task=TaskView.of(call),
+            created_at=call.created_at,
+        )
+
+
+class ApprovalList(BaseModel):
+    """The tenant's tool calls waiting for a decision, oldest first (at most 200)."""
+
+    approvals: list[ToolCallView]
+
+
+class MessageView(BaseModel):
+    role: Literal["user", "assistant"]
+    content: list[dict[str, Any]] = Field(
+        description="Content blocks as the Messages API has them: text, tool_use, tool_result."
+    )
+
+
+class ConversationError(BaseModel):
+    code: str
+    message: str | None
+
+
+class Usage(BaseModel):
+    """Tokens used by all of the conversation's model calls."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    model_calls: int
+
+
+class ConversationView(BaseModel):
+    """A conversation: its state, its messages, its tool calls, its open tasks and its usage."""
+
+    id: int
+    title: str
+    status: ConversationStatus
+    stop_reason: str | None = Field(description="The stop reason of the last model call.")
+    error: ConversationError | None = Field(description="Why a failed conversation failed.")
+    cancel_requested: bool
+    moves_used: int = Field(description="Moves (model calls or tool calls) used by the current run.")
+    move_budget: int = Field(description="Moves the current run may use before it pauses as budget_exhausted.")
+    messages: list[MessageView]
+    tool_calls: list[ToolCallView]
+    tasks: list[TaskView] = Field(description="The open tasks (calls awaiting a task), with what they wait for.")
+    usage: Usage
+    created_at: Timestamp
+    updated_at: Timestamp
+
+    @classmethod
+    def of(
+        cls, conversation: Conversation, messages: list[dict], calls: list[ToolCall], usage: Usage
+    ) -> ConversationView:
+        return cls(
+            id=conversation.id,
+            title=conversation.title,
+            status=conversation.status,
+            stop_reason=conversation.stop_reason,
+            error=(
+                ConversationError(code=conversation.error_code, message=conversation.error_message)
+                if conversation.error_code
+                else None
+            ),
+            cancel_requested=conversation.cancel_requested_at is not None,
+            moves_used=conversation.moves_used,
+            move_budget=conversation.move_budget,
+            messages=messages,
+            tool_calls=[ToolCallView.of(call) for call in calls],
+            tasks=[TaskView.of(call) for call in calls if call.status == CallStatus.AWAITING_TASK and call.task],
+            usage=usage,
+            created_at=conversation.created_at,
+            updated_at=conversation.updated_at,
+        )
+
+
+class ConversationState(BaseModel):
+    """A conversation's id and status after a change (201 when created, 202 when its work was queued)."""
+
+    id: int
+    status: ConversationStatus
+
+    @classmethod
+    def of(cls, conversation: Conversation, **more: Any) -> ConversationState:
+        return cls(id=conversation.id, status=conversation.status, **more)
+
+
+class CancelRequested(ConversationState):
+    cancel_requested: Literal[True] = True
+
+
+class BudgetExtended(ConversationState):
+    move_budget: int = Field(description="The run's move budget, extension included.")
