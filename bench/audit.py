@@ -42,26 +42,28 @@ def targets(app) -> list[tuple[str, str, bool]]:
     """(label, url, is_api) for the pages to time, with values taken from the generated set."""
     from webapp.models import AuditEvent
     from webapp.runtime.extensions import db
+    from webapp.web.pagination import encode_cursor
 
     with app.app_context():
         e = AuditEvent
         low, high = db.session.execute(select(func.min(e.id), func.max(e.id))).one()
-        deep = low + (high - low) // 10  # 90% of the set lies above this cursor
+        deep = low + (high - low) // 10  # 90% of the set lies above this id
         middle = db.session.scalar(select(e.created_at).where(e.id == (low + high) // 2))
         conversation = db.session.scalar(select(e.conversation_id).where(e.id >= deep, e.conversation_id.is_not(None)))
         db.session.remove()
+    cursor = encode_cursor([deep])  # a page from this cursor on shows the events older than `deep`
     day = middle.date()
     month = (day - timedelta(days=15)).isoformat(), (day + timedelta(days=14)).isoformat()
     return [
         ("first page", "/audit", False),
-        ("action filter, deep cursor", f"/audit?action=approval_decided&before={deep}", False),
+        ("action filter, deep cursor", f"/audit?action=approval_decided&cursor={cursor}", False),
         ("tool filter", "/audit?tool=issue_refund", False),
         ("person filter", "/audit?person=reviewer@acme.test", False),
         ("one day", f"/audit?from={day}&to={day}", False),
         ("30 days in the middle", f"/audit?from={month[0]}&to={month[1]}", False),
         ("text search (rare word)", "/audit?q=chargeback", False),
         ("conversation timeline", f"/audit/conversations/{conversation}", False),
-        ("API, 100 events, deep", f"/api/audit?action=tool_call_executed&cursor={deep}", True),
+        ("API, 100 events, deep", f"/api/audit?action=tool_call_executed&cursor={cursor}", True),
         ("dashboard, 30 days", "/audit/dashboard", False),
     ]
 

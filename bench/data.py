@@ -175,7 +175,7 @@ def settle(engine, *tables: str) -> None:
 
 def bulk_audit_events(app, count: int) -> dict:
     """`count` events on acme's chain, as `flask --app webapp audit generate` makes them."""
-    from webapp.audit.pages import generate_events, tenant_for
+    from webapp.audit.synthetic import generate_events, tenant_for
     from webapp.runtime.extensions import db
 
     with app.app_context():

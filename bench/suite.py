@@ -329,6 +329,7 @@ def page_targets(app) -> list[tuple[str, str, str]]:
     """(label, person, url) for the pages to time, with ids taken from the generated data."""
     from webapp.models import AuditEvent, Conversation, ToolCall
     from webapp.runtime.extensions import db
+    from webapp.web.pagination import encode_cursor
 
     with app.app_context():
         low, high = db.session.execute(select(func.min(AuditEvent.id), func.max(AuditEvent.id))).one()
@@ -357,7 +358,11 @@ def page_targets(app) -> list[tuple[str, str, str]]:
         ("conversation list, first page", "agent@acme.test", "/conversations"),
         ("chat page (one conversation)", "agent@acme.test", f"/conversations/{middle}"),
         ("audit log, first page", "auditor@acme.test", "/audit"),
-        ("audit log, action filter, deep cursor", "auditor@acme.test", f"/audit?action=approval_decided&before={deep}"),
+        (
+            "audit log, action filter, deep cursor",
+            "auditor@acme.test",
+            f"/audit?action=approval_decided&cursor={encode_cursor([deep])}",
+        ),
     ]
 
 

@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import delete, select
 
 from webapp import audit_chain
-from webapp.audit import costs
-from webapp.audit import pages as audit_log
+from webapp.audit import charts, costs, exports, queries, synthetic
 from webapp.models import AuditEvent, AuditHead, Conversation, Tenant, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.web.pagination import encode_cursor
 
 AUDITOR = "auditor@acme.test"
 GENERATED = 20_000
@@ -50,9 +50,9 @@ def acme(app) -> int:
 def generated(fresh, acme) -> list[dict]:
     """GENERATED synthetic events on acme's chain, as the database holds them, newest first."""
     db.session.remove()  # the generator writes on connections of its own (SQLite: one writer at a time)
-    audit_log.generate_events(db.engine, acme, GENERATED, seed=7, batch_size=3000)
+    synthetic.generate_events(db.engine, acme, GENERATED, seed=7, batch_size=3000)
     rows = db.session.scalars(select(AuditEvent).order_by(AuditEvent.id.desc())).all()
-    events = [audit_log.record(row) for row in rows]
+    events = [exports.record(row) for row in rows]
     db.session.remove()
     return events
 
@@ -168,8 +168,8 @@ def test_filters_and_keyset_pages_give_exactly_the_matching_events_newest_first(
     ]
     # A day of this set is a short period (read by time, then sorted); with SHORT_PERIOD at 1 every
     # period is a long one (read by walking the ids): both must give the same pages.
-    for short_period in (audit_log.SHORT_PERIOD, 1):
-        monkeypatch.setattr(audit_log, "SHORT_PERIOD", short_period)
+    for short_period in (queries.SHORT_PERIOD, 1):
+        monkeypatch.setattr(queries, "SHORT_PERIOD", short_period)
         for params, matches in cases:
             expected = [e for e in generated if matches(e)]
             assert expected, params
@@ -185,14 +185,21 @@ def test_filters_and_keyset_pages_give_exactly_the_matching_events_newest_first(
     for page_number in range(3):
         html = client.get(url).get_data(as_text=True)
         shown = [int(i) for i in re.findall(r'<tr id="audit-event-(\d+)"', html)]
-        start = page_number * audit_log.PAGE_SIZE
-        assert shown == ids(expected[start : start + audit_log.PAGE_SIZE])
+        start = page_number * queries.PAGE_SIZE
+        assert shown == ids(expected[start : start + queries.PAGE_SIZE])
         older = re.search(r'<a href="(/audit\?[^"]+)"\s+hx-get="[^"]+" hx-target="#audit-results"', html)
         url = older.group(1).replace("&amp;", "&")
-        assert "action=tool_call_executed" in url and f"before={shown[-1]}" in url
-    deep = client.get(f"/audit?action=tool_call_executed&before={expected[-3]['id']}").get_data(as_text=True)
+        assert "action=tool_call_executed" in url and "cursor=" in url
+    # The page and the API share their cursors: the API's next_cursor after all but the last two
+    # events opens the page of those two, the last one.
+    cursor, seen = None, 0
+    while seen < len(expected) - 2:
+        query = {"action": "tool_call_executed", "limit": min(500, len(expected) - 2 - seen)}
+        reply = api.as_(AUDITOR).get("/api/audit", query_string={**query, **({"cursor": cursor} if cursor else {})})
+        seen, cursor = seen + len(reply.json["events"]), reply.json["next_cursor"]
+    deep = client.get("/audit", query_string={"action": "tool_call_executed", "cursor": cursor}).get_data(as_text=True)
     assert [int(i) for i in re.findall(r'<tr id="audit-event-(\d+)"', deep)] == ids(expected[-2:])
-    assert "Older events" not in deep
+    assert "Older events" not in deep and "Back to the newest" in deep
 
 
 def test_the_filter_form_updates_only_the_results_with_htmx_and_the_url_keeps_working(app, generated):
@@ -231,6 +238,23 @@ def test_searching_arguments_and_reasons_finds_quotes_and_accents_on_every_datab
     assert walk(api, AUDITOR, q="50%_of_") == []  # % and _ are literal
 
 
+def test_searching_for_like_wildcards_finds_only_the_literal_text(app, api, fresh, acme):
+    reviewer = db.session.scalar(select(User).where(User.email == "reviewer@acme.test"))
+    reasons = ("50%_off", "5000 off", "50%xoff", "50_%off", "C:\\refunds/2026", "C:Xrefunds/2026", "C:\\refundsX2026")
+    for reason in reasons:
+        audit_chain.record(db.session, "approval_decided", tenant_id=acme, actor=reviewer, data={"reason": reason})
+    db.session.commit()
+    for text, found in (
+        ("50%_off", {"50%_off"}),  # as patterns, % and _ would also match "5000 off" and "50%xoff"
+        ("50_%", {"50_%off"}),
+        ("%", {"50%_off", "50%xoff", "50_%off"}),
+        ("_", {"50%_off", "50_%off"}),
+        ("C:\\refunds/", {"C:\\refunds/2026"}),  # backslashes and slashes are literal too
+        ("s/2", {"C:\\refunds/2026", "C:Xrefunds/2026"}),
+    ):
+        assert {e["data"]["reason"] for e in walk(api, AUDITOR, q=text)} == found, text
+
+
 # --- exports ----------------------------------------------------------------------------------
 
 
@@ -246,14 +270,14 @@ def verify_outside_the_app(records: list[dict]) -> None:
 
 
 def test_exports_stream_every_field_and_verify_outside_the_app(app, generated, monkeypatch):
-    monkeypatch.setattr(audit_log, "EXPORT_BATCH", 1500)  # many batches, each on its own connection
+    monkeypatch.setattr(exports, "EXPORT_BATCH", 1500)  # many batches, each on its own connection
     client = as_page_user(app, AUDITOR)
     response = client.get("/audit/export.csv")
     assert response.status_code == 200 and response.is_streamed
     assert response.mimetype == "text/csv" and "attachment" in response.headers["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
-    assert tuple(rows[0]) == audit_log.EXPORT_FIELDS
-    from_csv = [audit_log.record_from_csv(row) for row in rows]
+    assert tuple(rows[0]) == exports.EXPORT_FIELDS
+    from_csv = [exports.record_from_csv(row) for row in rows]
     assert [f["id"] for f in from_csv] == sorted(ids(generated))
     verify_outside_the_app(from_csv)
 
@@ -272,13 +296,13 @@ def test_exports_stream_every_field_and_verify_outside_the_app(app, generated, m
 
 
 def test_an_export_holds_one_batch_in_memory_whatever_the_size_of_the_log(app, generated, acme):
-    everything = audit_log.Selection([AuditEvent.tenant_id == acme], AuditEvent.id)
+    everything = queries.Selection([AuditEvent.tenant_id == acme], AuditEvent.id)
     db.session.remove()
 
     def peak_memory(batches: int | None) -> tuple[int, int]:
         tracemalloc.start()
         try:
-            chunks = audit_log.jsonl_chunks(audit_log.ascending(db.engine, everything, batch_size=1000))
+            chunks = exports.jsonl_chunks(exports.ascending(db.engine, everything, batch_size=1000))
             size = sum(len(chunk) for chunk in itertools.islice(chunks, batches))
             return tracemalloc.get_traced_memory()[1], size
         finally:
@@ -413,9 +437,9 @@ def test_the_dashboard_page_shows_the_numbers_beside_charts_drawn_on_the_server(
     assert "$0.0050" in html and "$0.0038" in html  # Haiku today, for the admin; Opus's answer, no tool
     assert "No price for mystery-1" in html
     assert "33.3 %" in html and "180.0 s" in html and "3,600.0 s" in html and "25.0 %" in html
-    charts = re.findall(r'<img src="(/audit/dashboard/chart\.svg\?[^"]+)"', html)
-    assert len(charts) == len(audit_log.CHARTS)
-    for url in charts:
+    images = re.findall(r'<img src="(/audit/dashboard/chart\.svg\?[^"]+)"', html)
+    assert len(images) == len(charts.CHARTS)
+    for url in images:
         chart = client.get(url.replace("&amp;", "&"))
         svg = chart.get_data(as_text=True)
         assert chart.status_code == 200 and chart.mimetype == "image/svg+xml"
@@ -493,7 +517,7 @@ def test_auditors_of_another_tenant_see_nothing_of_acme(app, api, cli, generated
     assert client.get(f"/audit/conversations/{acme_conversation}").status_code == 404
     assert client.get(f"/audit?conversation={acme_conversation}").get_data(as_text=True).count("audit-event-") == 0
     assert "acme" not in client.get("/audit/export.jsonl").get_data(as_text=True)
-    assert client.get("/audit/export.csv").get_data(as_text=True).strip() == ",".join(audit_log.EXPORT_FIELDS)
+    assert client.get("/audit/export.csv").get_data(as_text=True).strip() == ",".join(exports.EXPORT_FIELDS)
     dashboard = client.get("/audit/dashboard").get_data(as_text=True)
     assert "acme.test" not in dashboard and "0 model calls" in dashboard
     assert walk(api, email) == []
@@ -512,20 +536,42 @@ def test_auditors_of_another_tenant_see_nothing_of_acme(app, api, cli, generated
         ("q=" + "x" * 201, "at most 200 characters"),
         ("person=" + "p" * 300, "at most 254 characters"),
         ("action=" + "a" * 65, "at most 64 characters"),
-        ("before=12abc", "event number"),
     ],
 )
 def test_bad_filters_get_a_message_not_a_500(app, api, query, words):
     client = as_page_user(app, AUDITOR)
-    exports = [] if query.startswith("before=") else [f"/audit/export.csv?{query}"]  # exports have no cursor
-    for url in (f"/audit?{query}", *exports):
+    for url in (f"/audit?{query}", f"/audit/export.csv?{query}"):
         response = client.get(url)
         assert response.status_code == 422, url
         assert words in response.get_data(as_text=True), url
-    api_query = query.replace("before=", "cursor=")
-    reply = api.as_(AUDITOR).get(f"/api/audit?{api_query}")
+    reply = api.as_(AUDITOR).get(f"/api/audit?{query}")
     assert reply.status_code == 422
-    assert reply.json["error"] == "invalid_filter" and words.replace("before", "cursor") in reply.json["message"]
+    assert reply.json["error"] == "invalid_filter" and words in reply.json["message"]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "12abc",  # not base64
+        "42",  # an event id, as the old links had
+        encode_cursor(["42"]),  # not a number
+        encode_cursor([42, 43]),  # two keys
+        encode_cursor([10**30]),  # no event has such an id (SQLite could not even compare it)
+        encode_cursor([42])[:-2],  # cut short
+    ],
+)
+def test_a_bad_cursor_gets_a_message_and_the_filters_stay(app, api, cursor):
+    client = as_page_user(app, AUDITOR)
+    for headers in ({}, {"HX-Request": "true"}):
+        page = client.get("/audit", query_string={"action": "model_call", "cursor": cursor}, headers=headers)
+        html = page.get_data(as_text=True)
+        assert page.status_code == 422 and "go back to the first page" in html, cursor
+        assert 'href="/audit?action=model_call">The first page of these filters' in html
+    assert '<option value="model_call" selected>' in client.get(f"/audit?action=model_call&cursor={cursor}").text
+    reply = api.as_(AUDITOR).get("/api/audit", query_string={"action": "model_call", "cursor": cursor})
+    assert reply.status_code == 422 and reply.json["error"] == "invalid_filter"
+    assert "next_cursor of an earlier answer" in reply.json["message"]
+    assert "leave it out" in reply.json["message"]
 
 
 def test_bad_api_limits_and_dashboard_ranges_get_a_message(app, api):

@@ -26,7 +26,7 @@ from webapp.api.schemas import (
     body,
 )
 from webapp.approvals import actions as approvals
-from webapp.audit import pages as audit_log
+from webapp.audit import queries as audit_queries
 from webapp.conversations import actions as conversations
 from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
 from webapp.runtime.extensions import db
@@ -171,7 +171,7 @@ def give_input(tool_call_id: int):
 @bp.get("/audit")
 @api_roles("auditor", "admin")
 def audit_events():
-    return jsonify(audit_log.api_page(g.user, request.args))
+    return jsonify(audit_queries.api_page(db.session, g.user, request.args))
 
 
 # --- shapes -------------------------------------------------------------------------------------

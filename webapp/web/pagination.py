@@ -54,6 +54,8 @@ def decode_cursor(raw: str, keys: Sequence[ColumnElement]) -> tuple:
                     raise ValueError
                 typed.append(moment)
             elif isinstance(value, kind) and not isinstance(value, bool):
+                if isinstance(value, int) and not -(2**63) <= value < 2**63:  # no row has it; SQLite cannot compare it
+                    raise ValueError
                 typed.append(value)
             else:
                 raise TypeError
