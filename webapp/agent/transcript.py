@@ -30,4 +30,3 @@ def api_messages(rows: Iterable[Message]) -> list[dict]:
 
 def tool_uses(content: list[dict]) -> list[dict]:
     return [block for block in content if block.get("type") == "tool_use"]
-
