@@ -16,6 +16,7 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import delete, select
 
+from tests.clients import session_as
 from webapp import audit_chain
 from webapp.audit import charts, costs, exports, queries, synthetic
 from webapp.models import AuditEvent, AuditHead, Conversation, Tenant, User
@@ -55,17 +56,6 @@ def generated(fresh, acme) -> list[dict]:
     events = [exports.record(row) for row in rows]
     db.session.remove()
     return events
-
-
-def as_page_user(app, email: str):
-    """A test client signed in as this person (their session, as the sign-in form leaves it)."""
-    client = app.test_client()
-    user = db.session.scalar(select(User).where(User.email == email))
-    with client.session_transaction() as session:
-        session["_user_id"] = user.get_id()
-        session["_fresh"] = True
-    db.session.remove()
-    return client
 
 
 def walk(api, email: str, **params) -> list[dict]:
@@ -123,11 +113,11 @@ def test_the_demo_flow_leaves_every_step_in_the_log_in_order(app, api, model, fr
     assert events[1]["data"]["input_tokens"] > 0 and events[1]["data"]["model"]
     assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
 
-    page = as_page_user(app, AUDITOR).get(f"/audit/conversations/{created['id']}").get_data(as_text=True)
+    page = session_as(app, AUDITOR).get(f"/audit/conversations/{created['id']}").get_data(as_text=True)
     shown = re.findall(r'<tr id="audit-event-(\d+)"', page)
     assert [int(i) for i in shown] == ids(events)  # the timeline runs oldest first
     assert f'href="/conversations/{created["id"]}#tool-call-' in page
-    listing = as_page_user(app, AUDITOR).get("/audit").get_data(as_text=True)
+    listing = session_as(app, AUDITOR).get("/audit").get_data(as_text=True)
     assert f'href="/conversations/{created["id"]}"' in listing and "issue_refund" in listing
     assert audit_chain.verify(db.session).ok
 
@@ -179,7 +169,7 @@ def test_filters_and_keyset_pages_give_exactly_the_matching_events_newest_first(
     assert ids(everything) == ids(generated) and everything[0] == generated[0]
 
     # The page: PAGE_SIZE newest, then "Older events" with a cursor, keeping the filters.
-    client = as_page_user(app, AUDITOR)
+    client = session_as(app, AUDITOR)
     expected = [e for e in generated if e["action"] == "tool_call_executed"]
     url = "/audit?action=tool_call_executed"
     for page_number in range(3):
@@ -203,7 +193,7 @@ def test_filters_and_keyset_pages_give_exactly_the_matching_events_newest_first(
 
 
 def test_the_filter_form_updates_only_the_results_with_htmx_and_the_url_keeps_working(app, generated):
-    client = as_page_user(app, AUDITOR)
+    client = session_as(app, AUDITOR)
     page = client.get("/audit?action=model_call").get_data(as_text=True)
     assert 'hx-get="/audit" hx-target="#audit-results" hx-swap="outerHTML" hx-push-url="true"' in page
     assert '<form method="get" action="/audit"' in page  # works without JavaScript too
@@ -271,7 +261,7 @@ def verify_outside_the_app(records: list[dict]) -> None:
 
 def test_exports_stream_every_field_and_verify_outside_the_app(app, generated, monkeypatch):
     monkeypatch.setattr(exports, "EXPORT_BATCH", 1500)  # many batches, each on its own connection
-    client = as_page_user(app, AUDITOR)
+    client = session_as(app, AUDITOR)
     response = client.get("/audit/export.csv")
     assert response.status_code == 200 and response.is_streamed
     assert response.mimetype == "text/csv" and "attachment" in response.headers["Content-Disposition"]
@@ -430,7 +420,7 @@ def test_the_dashboard_figures_match_a_hand_computed_case(app, acme, small_case)
 
 
 def test_the_dashboard_page_shows_the_numbers_beside_charts_drawn_on_the_server(app, small_case):
-    client = as_page_user(app, AUDITOR)
+    client = session_as(app, AUDITOR)
     page = client.get("/audit/dashboard")
     html = page.get_data(as_text=True)
     assert page.status_code == 200
@@ -511,7 +501,7 @@ def test_auditors_of_another_tenant_see_nothing_of_acme(app, api, cli, generated
     db.session.commit()
     db.session.remove()
     acme_conversation = next(e["conversation_id"] for e in generated if e["conversation_id"])
-    client = as_page_user(app, email)
+    client = session_as(app, email)
     listing = client.get("/audit").get_data(as_text=True)
     assert "acme.test" not in listing and "audit-event-" not in listing
     assert client.get(f"/audit/conversations/{acme_conversation}").status_code == 404
@@ -539,7 +529,7 @@ def test_auditors_of_another_tenant_see_nothing_of_acme(app, api, cli, generated
     ],
 )
 def test_bad_filters_get_a_message_not_a_500(app, api, query, words):
-    client = as_page_user(app, AUDITOR)
+    client = session_as(app, AUDITOR)
     for url in (f"/audit?{query}", f"/audit/export.csv?{query}"):
         response = client.get(url)
         assert response.status_code == 422, url
@@ -561,7 +551,7 @@ def test_bad_filters_get_a_message_not_a_500(app, api, query, words):
     ],
 )
 def test_a_bad_cursor_gets_a_message_and_the_filters_stay(app, api, cursor):
-    client = as_page_user(app, AUDITOR)
+    client = session_as(app, AUDITOR)
     for headers in ({}, {"HX-Request": "true"}):
         page = client.get("/audit", query_string={"action": "model_call", "cursor": cursor}, headers=headers)
         html = page.get_data(as_text=True)
@@ -578,7 +568,7 @@ def test_bad_api_limits_and_dashboard_ranges_get_a_message(app, api):
     for limit in ("0", "501", "ten"):
         reply = api.as_(AUDITOR).get(f"/api/audit?limit={limit}")
         assert reply.status_code == 422 and "limit" in reply.json["message"]
-    client = as_page_user(app, AUDITOR)
+    client = session_as(app, AUDITOR)
     for query, words in (
         ("from=someday", "“From” must be a date"),
         ("from=2020-01-01&to=2026-01-01", "at most 366 days"),

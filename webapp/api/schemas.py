@@ -47,26 +47,24 @@ def _text(max_chars: int) -> Any:
     return Field(min_length=1, max_length=max_chars, pattern=r"\S")
 
 
+MessageText = Annotated[
+    str,
+    _text(MAX_MESSAGE_CHARS),
+    Field(description="The support agent's question or instruction for the assistant."),
+    Rule(f"must be a non-empty string of at most {MAX_MESSAGE_CHARS:,} characters", "Write a message first."),
+]
+
+
 class StartConversation(RequestBody):
     """Start a conversation with its first message; the assistant answers in the background."""
 
-    message: Annotated[
-        str,
-        _text(MAX_MESSAGE_CHARS),
-        Field(description="The support agent's question or instruction for the assistant."),
-        Rule(f"must be a non-empty string of at most {MAX_MESSAGE_CHARS:,} characters", "Write a message first."),
-    ]
+    message: MessageText
 
 
 class PostMessage(RequestBody):
     """A follow-up message in a conversation whose assistant is not working."""
 
-    message: Annotated[
-        str,
-        _text(MAX_MESSAGE_CHARS),
-        Field(description="The support agent's next question or instruction for the assistant."),
-        Rule(f"must be a non-empty string of at most {MAX_MESSAGE_CHARS:,} characters", "Write a message first."),
-    ]
+    message: MessageText
 
 
 class ExtendBudget(RequestBody):
