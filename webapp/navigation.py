@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from flask import current_app, request, url_for
 from flask_login import current_user
 
+from webapp.approvals.actions import pending_count
+
 
 @dataclass(frozen=True)
 class NavItem:
@@ -49,8 +51,6 @@ def nav_items() -> list[dict]:
             continue
         badge = None
         if item.badge_id:
-            from webapp.approvals.actions import pending_count
-
             badge = pending_count(current_user)
         items.append(
             {

@@ -21,6 +21,7 @@ from sqlalchemy import select
 from webapp.audit import charts, costs, exports, queries
 from webapp.models import Conversation, User
 from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 from webapp.web import htmx
 from webapp.web.pagination import Page
 from webapp.web.security import roles_required
@@ -71,8 +72,6 @@ def summary(event) -> str:
 
 def _choices(filters: queries.Filters) -> dict:
     """The options of the filter form; a value typed into the URL stays selectable."""
-    from webapp.runtime.services import services
-
     actions, tools = queries.ACTIONS, services().tools.names()
     return {
         "actions": actions if filters.action in ("", *actions) else (*actions, filters.action),

@@ -106,19 +106,24 @@ class Dispatcher:
     def job_alive(self, job_id: str) -> bool:
         """Whether a job will still run the move. A worker killed after taking a job off the queue
         leaves it "queued" (in RQ's intermediate list) or "started" for minutes; a live worker claims
-        the conversation's lease at once, so a started job older than a lease, or a queued one no
-        longer in the queue, is dead. Guessing wrong costs only a duplicate job, which finds nothing
-        to claim."""
+        the conversation's lease at once, so a job started, or taken, longer than a lease ago is dead.
+        Guessing dead wrongly costs a duplicate job: it finds nothing to claim while the original
+        runs, but after a transient failure (the lease released for RQ's retry) it is an attempt more
+        than MOVE_RETRIES allows, so a job just taken by a worker counts as alive."""
         try:
             job = Job.fetch(job_id, connection=self.redis)
         except NoSuchJobError:
             return False
         status = job.get_status(refresh=False)
         if status == JobStatus.STARTED and job.started_at is not None:
-            started = job.started_at if job.started_at.tzinfo else job.started_at.replace(tzinfo=UTC)
-            return datetime.now(UTC) - started < timedelta(seconds=self.config.lease_seconds)
+            return _since(job.started_at) < timedelta(seconds=self.config.lease_seconds)
         if status == JobStatus.QUEUED:
-            return self.redis.lpos(self.queue.key, job.id) is not None
+            if self.redis.lpos(self.queue.key, job.id) is not None:
+                return True
+            # A worker that took it moves it to RQ's intermediate list and marks it started a moment
+            # later; one that died in that moment leaves it there, queued, for as long as a lease.
+            taken = self.redis.lpos(self.queue.intermediate_queue_key, job.id) is not None
+            return taken and _since(job.enqueued_at) < timedelta(seconds=self.config.lease_seconds)
         return status in LIVE_JOB_STATES
 
     @cached_property
@@ -245,6 +250,13 @@ class BackgroundState:
     meta: dict
     result: object = None
     error: str | None = None
+
+
+def _since(moment: datetime | None) -> timedelta:
+    """How long ago an RQ timestamp was (RQ stores them naive, in UTC); forever when unknown."""
+    if moment is None:
+        return timedelta.max
+    return datetime.now(UTC) - (moment if moment.tzinfo else moment.replace(tzinfo=UTC))
 
 
 def background_cancel_key(job_id: str) -> str:

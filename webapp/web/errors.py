@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from flask import jsonify
+from flask import jsonify, render_template, request
+from flask_wtf.csrf import CSRFError
+from werkzeug.exceptions import HTTPException
+
+from webapp.runtime.extensions import db
 
 
 class Refused(Exception):
@@ -24,11 +28,6 @@ def json_error(status: int, code: str, message: str):
 
 def register(app) -> None:
     """Unmatched /api URLs and unexpected errors answer in JSON or a plain page, never a traceback."""
-    from flask import render_template, request
-    from flask_wtf.csrf import CSRFError
-    from werkzeug.exceptions import HTTPException
-
-    from webapp.runtime.extensions import db
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):

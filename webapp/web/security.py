@@ -18,8 +18,10 @@ from flask_wtf.csrf import CSRFProtect
 from sqlalchemy import select
 
 from webapp.config import Config
-from webapp.models import User
+from webapp.identity import user_for_token
+from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
+from webapp.web.errors import Refused
 from webapp.web.htmx import is_htmx
 
 login_manager = LoginManager()
@@ -101,8 +103,6 @@ def _load_user(session_id: str) -> User | None:
 
 def signed_in(view):
     """Any signed-in person, whatever their role."""
-    from webapp.models import ROLES
-
     return roles_required(*ROLES)(view)
 
 
@@ -136,8 +136,6 @@ def roles_required(*roles: str):
 def api_roles(*roles: str):
     """An API call for bearer tokens of people holding one of these roles (401 without a valid
     token, 403 with the wrong role). The person is g.user."""
-    from webapp.identity import user_for_token
-    from webapp.web.errors import Refused
 
     def decorate(view):
         @wraps(view)
