@@ -11,20 +11,21 @@ from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
 
 
-def test_a_move_a_worker_has_just_taken_stays_alive_until_a_lease_has_passed(app):
+def test_a_move_a_worker_has_just_popped_stays_alive_until_a_lease_has_passed(app):
     dispatcher = services().dispatcher
     job_id = move_job_id(999, 4)
     assert dispatcher.enqueue_move(999, 4)
     assert dispatcher.job_alive(job_id)  # waiting in the queue
 
-    # A worker takes it: RQ moves it to its intermediate list, still "queued" until the worker marks it
-    # started. Seen dead in that moment, the sweeper would add a second job: an attempt too many.
-    taken = Queue.dequeue_any([dispatcher.queue], None, connection=dispatcher.redis)
+    # A worker (listening to the moves queue, then the background one) pops it: still "queued" until
+    # the worker marks it started. Seen dead in that moment, the sweeper would add a second job, which
+    # after a transient failure is an attempt more than MOVE_RETRIES allows.
+    taken = Queue.dequeue_any([dispatcher.queue, dispatcher.background_queue], None, connection=dispatcher.redis)
     assert taken is not None and taken[0].id == job_id
     assert dispatcher.redis.lpos(dispatcher.queue.key, job_id) is None
     assert dispatcher.job_alive(job_id)
 
-    # A worker that died right there leaves it in the list for good: dead once a lease has passed.
+    # A worker that died right there leaves it queued for good: dead once a lease has passed.
     job = Job.fetch(job_id, connection=dispatcher.redis)
     job.enqueued_at = datetime.now(UTC) - timedelta(seconds=dispatcher.config.lease_seconds + 1)
     job.save()

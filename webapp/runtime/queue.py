@@ -120,10 +120,9 @@ class Dispatcher:
         if status == JobStatus.QUEUED:
             if self.redis.lpos(self.queue.key, job.id) is not None:
                 return True
-            # A worker that took it moves it to RQ's intermediate list and marks it started a moment
-            # later; one that died in that moment leaves it there, queued, for as long as a lease.
-            taken = self.redis.lpos(self.queue.intermediate_queue_key, job.id) is not None
-            return taken and _since(job.enqueued_at) < timedelta(seconds=self.config.lease_seconds)
+            # Not in the queue: a worker popped it and marks it started a moment later (or died in
+            # that moment). Enqueued (or re-enqueued for a retry) less than a lease ago, it is alive.
+            return _since(job.enqueued_at) < timedelta(seconds=self.config.lease_seconds)
         return status in LIVE_JOB_STATES
 
     @cached_property
