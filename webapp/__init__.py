@@ -46,7 +46,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.config.update(
         SECRET_KEY=config.secret_key,
         SQLALCHEMY_DATABASE_URI=config.database_url,
-        SQLALCHEMY_ENGINE_OPTIONS=engine_options(config.database_url),
+        SQLALCHEMY_ENGINE_OPTIONS=engine_options(config.database_url, config.database_pool_size),
         MAX_CONTENT_LENGTH=config.max_request_bytes,
     )
     app.json.sort_keys = False

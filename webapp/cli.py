@@ -81,11 +81,17 @@ def register(app: Flask) -> None:
     @app.cli.command("worker")
     @click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
     @click.option("--name", default=None, help="Worker name (default: RQ's).")
-    def worker_command(burst, name):
-        """Run a worker: moves, retries and the periodic sweeper."""
+    @click.option(
+        "--concurrency",
+        type=click.IntRange(min=1, max=2000),
+        default=None,
+        help="Jobs run at once, each in a slot of its own (default: WORKER_CONCURRENCY, 20).",
+    )
+    def worker_command(burst, name, concurrency):
+        """Run a worker: moves, retries and the periodic sweeper, several moves at once."""
         from webapp.runtime.worker import run_worker
 
-        run_worker(app, burst=burst, name=name)
+        run_worker(app, burst=burst, name=name, concurrency=concurrency)
 
     audit_group = AppGroup("audit", help="The audit log.")
 

@@ -234,6 +234,10 @@ class Config(_LogSettings):
     sweep_interval_seconds: float = _number_of("seconds", "SWEEP_INTERVAL_SECONDS", 15.0, minimum=0.1)
     tool_output_limit: int = _whole_number("TOOL_OUTPUT_LIMIT", 8000, minimum=200)  # characters the model sees
     queue_name: str = _text("QUEUE_NAME", "moves")
+    # jobs one worker process runs at once (`flask worker --concurrency` overrides it)
+    worker_concurrency: int = _whole_number("WORKER_CONCURRENCY", 20, minimum=1)
+    # database connections each process keeps (and as many again when busy); moves hold one only briefly
+    database_pool_size: int = _whole_number("DATABASE_POOL_SIZE", 10, minimum=1)
     max_request_bytes: int = 64 * 1024  # not a variable
     secure_cookies: Flag = Field(False, validation_alias="SECURE_COOKIES", description="1 or 0", examples=["1"])
     session_idle_minutes: int = _whole_number("SESSION_IDLE_MINUTES", 30, minimum=1)

@@ -5,11 +5,16 @@ from __future__ import annotations
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+POOL_TIMEOUT_SECONDS = 600  # a full pool makes a request or a move wait for a connection, not fail
 
-def engine_options(url: str) -> dict:
+
+def engine_options(url: str, pool_size: int = 10) -> dict:
+    """`pool_size` connections kept per process, as many again when busy; SQLite's file has one writer
+    at a time whatever the pool, and waits up to its busy timeout."""
+    pool = {"pool_size": pool_size, "max_overflow": pool_size, "pool_timeout": POOL_TIMEOUT_SECONDS}
     if url.startswith("sqlite"):
-        return {"connect_args": {"timeout": 30, "check_same_thread": False}}
-    return {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 10}
+        return {"connect_args": {"timeout": 30, "check_same_thread": False}, **pool}
+    return {"pool_pre_ping": True, **pool}
 
 
 def prepare_engine(engine: Engine) -> Engine:

@@ -183,6 +183,19 @@ class _LeaseWatcher:
             )
 
 
+def release_leases(session: Session, owner_prefix: str) -> int:
+    """Give up every lease held by owners starting with `owner_prefix` (a stopping worker process):
+    the leases read as expired, so the sweeper hands the conversations to another worker at its
+    next pass, and a move of that process that still tries to commit is refused by its guard. The
+    caller commits; returns how many were released."""
+    result = session.execute(
+        update(Conversation)
+        .where(Conversation.lease_owner.startswith(owner_prefix, autoescape=True))
+        .values(lease_owner=None, lease_expires_at=utcnow())
+    )
+    return result.rowcount
+
+
 def _release(session: Session, conversation_id: int, owner: str) -> None:
     session.execute(
         update(Conversation)

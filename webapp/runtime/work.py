@@ -19,12 +19,17 @@ from webapp.tools import exports
 log = logging.getLogger(__name__)
 
 
+def process_owner() -> str:
+    """The start of every lease owner of this process (host and pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}:"
+
+
 def move(conversation_id: int, version: int, job=None) -> str:
     """Make the conversation's next move if it is still at this version; enqueue the one after.
     `job` is the RQ job running it (its id names the lease owner; its retries left say whether a
     transient failure is final)."""
     desk = services()
-    owner = f"{socket.gethostname()}:{os.getpid()}:{job.id if job else 'inline'}"
+    owner = process_owner() + (job.id if job else "inline")
     try:
         result = moves.advance(
             db.session,

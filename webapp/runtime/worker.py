@@ -1,16 +1,157 @@
-"""Running RQ workers inside the app: the app context around every job, and a sweep ticker."""
+"""The worker process: RQ jobs run in a pool of slots, each slot a thread with its own app context
+(and so its own database session), plus a sweep ticker.
+
+A move mostly waits (on the model, on a tool's server), so one process keeps many in flight: it takes
+a job off the queue only when a slot is free, so a job taken is a job started, and other processes
+take the rest. Everything that keeps moves safe lives in the database and is indifferent to threads:
+the lease, the compare-and-set guards, job ids per move, idempotency keys.
+
+Stopping: the first SIGTERM or SIGINT stops taking jobs and lets the moves in flight finish for up to
+STOP_GRACE_SECONDS; moves still running then have their leases released, so the sweeper hands them
+to another worker at its next pass instead of after a lease, and whatever they write later is refused
+by the guard (they no longer hold the lease). A second signal stops at once; a SIGKILL loses nothing
+either: the leases expire and the sweeper re-enqueues.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 from flask import Flask
 from rq import SimpleWorker
+from rq.exceptions import StopRequested
+from rq.timeouts import TimerDeathPenalty
+from rq.worker import WorkerStatus
 
 from webapp import logs
+from webapp.agent import moves
+from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.runtime.work import process_owner
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 25.0  # below the 30 s most process managers wait between SIGTERM and SIGKILL
+
+
+class PoolWorker(SimpleWorker):
+    """An RQ worker running up to `concurrency` jobs at once, each in a thread of a pool with its
+    own app context. RQ 3 tracks a worker's executions one by one (worker.executions), so its
+    registries, heartbeats and results stay right with several at a time."""
+
+    death_penalty_class = TimerDeathPenalty  # job timeouts by timer: signals reach the main thread only
+
+    def __init__(self, queues, *, app: Flask, concurrency: int, **kwargs) -> None:
+        super().__init__(queues, **kwargs)
+        self.app = app
+        self.concurrency = concurrency
+        self._free = threading.BoundedSemaphore(concurrency)
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="slot")
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._listening = False
+
+    @property
+    def busy_slots(self) -> int:
+        return self._busy
+
+    def serialize(self) -> dict:
+        """RQ's worker record in Redis, with the number of slots (the ops page and /metrics read it)."""
+        return {**super().serialize(), "slots": self.concurrency}
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        """Take a job only once a slot is free (heartbeating meanwhile), so a job taken is a job
+        started. In burst mode, an empty queue ends the work only once no slot is busy: the moves in
+        flight may enqueue the next ones."""
+        while not self._free.acquire(timeout=1):
+            if self._stop_requested:
+                raise StopRequested()
+            self.heartbeat()
+        result = None
+        try:
+            while not self._stop_requested:
+                self._listening = True
+                try:
+                    result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                finally:
+                    self._listening = False
+                if result is not None or timeout is not None or not self._busy:
+                    break
+                time.sleep(0.05)
+        finally:
+            if result is None:
+                self._free.release()
+        if result is None and self._stop_requested:
+            raise StopRequested()
+        return result
+
+    def execute_job(self, job, queue) -> None:
+        execution = self.prepare_execution(job)
+        with self._busy_lock:
+            self._busy += 1
+        self._pool.submit(self._run, job, queue, execution)
+
+    def _run(self, job, queue, execution) -> None:
+        try:
+            with self.app.app_context():
+                try:
+                    self.perform_job(job, queue, execution)
+                finally:
+                    db.session.remove()
+        except Exception:  # perform_job records a job's failure itself; this is RQ's bookkeeping failing
+            log.exception("slot could not finish job %s", job.id)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+                idle = self._busy == 0
+            self._free.release()
+            if idle:
+                self._set_state_quietly(WorkerStatus.IDLE)
+
+    def set_state(self, state: str, pipeline=None) -> None:
+        # RQ says "idle" whenever it listens for a job; with slots still working the worker is busy.
+        if state == WorkerStatus.IDLE and self._busy:
+            state = WorkerStatus.BUSY
+        super().set_state(state, pipeline=pipeline)
+
+    def _set_state_quietly(self, state: str) -> None:
+        try:
+            self.set_state(state)
+        except (redis.RedisError, OSError):
+            pass
+
+    def _shutdown(self) -> None:
+        """Warm shutdown (RQ's signal handler): take no more jobs. The main thread is interrupted
+        only while it listens for one, never while it hands a job to a slot."""
+        self._stop_requested = True
+        self.set_shutdown_requested_date()
+        if self._listening:
+            raise StopRequested()
+
+    def teardown(self) -> None:
+        """Let the moves in flight finish (up to STOP_GRACE_SECONDS), release the leases of those
+        that did not, then deregister."""
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stranded = self._busy
+        if stranded:
+            with self.app.app_context():
+                try:
+                    released = moves.release_leases(db.session, process_owner())
+                    db.session.commit()
+                finally:
+                    db.session.remove()
+            log.warning("stopping with %s move(s) still running; released %s lease(s)", stranded, released)
+        super().teardown()
+        if stranded:
+            logging.shutdown()
+            os._exit(0)  # the slots' threads would hold the interpreter open until their moves end
 
 
 def start_sweep_ticker(app: Flask, stop: threading.Event) -> threading.Thread:
@@ -31,16 +172,20 @@ def start_sweep_ticker(app: Flask, stop: threading.Event) -> threading.Thread:
     return thread
 
 
-def run_worker(app: Flask, burst: bool = False, name: str | None = None) -> bool:
-    """Work the moves queue, then tools' background jobs, until stopped (or until both are empty with
-    burst); returns whether any job ran."""
+def run_worker(app: Flask, burst: bool = False, name: str | None = None, concurrency: int | None = None) -> bool:
+    """Work the moves queue, then tools' background jobs, `concurrency` jobs at a time (default:
+    WORKER_CONCURRENCY), until stopped (or until both are empty with burst); returns whether any job
+    ran."""
     with app.app_context():
         logs.configure(app)  # JSON lines; RQ's own loggers then write through it too
         desk = services()
-        # SimpleWorker runs jobs in this process: no fork per job, so the engine's connection pool
-        # stays valid and a move costs no process start (figures in the README, "Performance").
+        slots = concurrency or desk.config.worker_concurrency
         queues = [desk.dispatcher.queue, desk.dispatcher.background_queue]  # moves first, always
-        worker = SimpleWorker(queues, connection=desk.dispatcher.redis, name=name)
+
+        def new_worker() -> PoolWorker:
+            return PoolWorker(queues, app=app, concurrency=slots, connection=desk.dispatcher.redis, name=name)
+
+        worker = new_worker()
         stop = threading.Event()
         if not burst:
             start_sweep_ticker(app, stop)
@@ -53,6 +198,6 @@ def run_worker(app: Flask, burst: bool = False, name: str | None = None) -> bool
                     # database holds the state: wait for Redis and work on as a fresh worker.
                     app.logger.warning("lost Redis (%s); working again once it answers", exc)
                     time.sleep(2)
-                    worker = SimpleWorker(queues, connection=desk.dispatcher.redis)
+                    worker = new_worker()
         finally:
             stop.set()
