@@ -129,6 +129,7 @@ def base_env(database_url, redis_url, tmp_path_factory) -> dict[str, str]:
         "MOVE_RETRY_INTERVALS": "0",
         "MOVE_LEASE_SECONDS": "3",
         "SWEEP_INTERVAL_SECONDS": "1",
+        "WORKER_STOP_GRACE_SECONDS": "2",
     }
 
 
@@ -351,6 +352,13 @@ class WorkerProcess:
         if self.alive():
             os.killpg(self.pid, signal.SIGKILL)
         self._gone(10)
+
+    def terminate(self) -> None:
+        """SIGTERM, as a process manager stops a worker: it finishes or lets go of its moves."""
+        os.killpg(self.pid, signal.SIGTERM)
+
+    def wait_gone(self, timeout: float) -> bool:
+        return self._gone(timeout)
 
     def stop(self) -> None:
         if self.alive():

@@ -236,6 +236,8 @@ class Config(_LogSettings):
     queue_name: str = _text("QUEUE_NAME", "moves")
     # jobs one worker process runs at once (`flask worker --concurrency` overrides it)
     worker_concurrency: int = _whole_number("WORKER_CONCURRENCY", 20, minimum=1)
+    # on SIGTERM, how long a worker lets its moves in flight finish before it releases their leases
+    worker_stop_grace_seconds: float = _number_of("seconds", "WORKER_STOP_GRACE_SECONDS", 25.0, minimum=0.0)
     # database connections each process keeps (and as many again when busy); moves hold one only briefly
     database_pool_size: int = _whole_number("DATABASE_POOL_SIZE", 10, minimum=1)
     max_request_bytes: int = 64 * 1024  # not a variable

@@ -309,18 +309,36 @@ class DeskCollector(Collector):
             jobs.add_metric([queue.name, state], count)
         yield jobs
         workers = GaugeMetricFamily("desk_workers", "RQ workers registered on the queue, by state.", labels=["state"])
+        slots = GaugeMetricFamily(
+            "desk_worker_slots",
+            "Slots of the queue's workers (moves one process runs at once), by state.",
+            labels=["state"],
+        )
         states: dict[str, int] = {}
+        busy = free = 0
         for worker in Worker.all(queue=queue):
             state = str(worker.get_state())
             states[state] = states.get(state, 0) + 1
+            taken, total = worker_slots(worker)
+            busy, free = busy + taken, free + max(0, total - taken)
         for state in ("idle", "busy"):
             states.setdefault(state, 0)
         for state, count in sorted(states.items()):
             workers.add_metric([state], count)
         yield workers
+        slots.add_metric(["busy"], busy)
+        slots.add_metric(["free"], free)
+        yield slots
         all_workers = GaugeMetricFamily("desk_workers_registered", "RQ workers registered on this Redis.")
         all_workers.add_metric([], Worker.count(connection=connection))
         yield all_workers
+
+
+def worker_slots(worker: Worker) -> tuple[int, int]:
+    """(busy, total) slots of a registered worker: the jobs it runs now, and how many it may run at
+    once (1 for a worker that does not say)."""
+    total = worker.connection.hget(worker.key, "slots")
+    return worker.current_execution_count, int(total) if total else 1
 
 
 def queue_counts(queue) -> dict[str, int]:

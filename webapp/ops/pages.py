@@ -26,7 +26,7 @@ from webapp.agent import sweeper
 from webapp.agent.states import ConversationStatus
 from webapp.conversations import actions as conversations
 from webapp.models import Conversation, utcnow
-from webapp.ops.metrics import queue_counts
+from webapp.ops.metrics import queue_counts, worker_slots
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
@@ -177,10 +177,13 @@ def _redis_view(tenant_id: int) -> RedisView:
         queue = dispatcher.queue
         view.counts = queue_counts(queue)
         for worker in sorted(Worker.all(queue=queue), key=lambda w: w.name):
+            busy, slots = worker_slots(worker)
             view.workers.append(
                 {
                     "name": worker.name,
                     "state": str(worker.get_state()),
+                    "busy": busy,
+                    "slots": slots,
                     "job": worker.get_current_job_id(),
                     "heartbeat": worker.last_heartbeat,
                     "host": f"{worker.hostname}:{worker.pid}",

@@ -6,11 +6,12 @@ a job off the queue only when a slot is free, so a job taken is a job started, a
 take the rest. Everything that keeps moves safe lives in the database and is indifferent to threads:
 the lease, the compare-and-set guards, job ids per move, idempotency keys.
 
-Stopping: the first SIGTERM or SIGINT stops taking jobs and lets the moves in flight finish for up to
-STOP_GRACE_SECONDS; moves still running then have their leases released, so the sweeper hands them
-to another worker at its next pass instead of after a lease, and whatever they write later is refused
-by the guard (they no longer hold the lease). A second signal stops at once; a SIGKILL loses nothing
-either: the leases expire and the sweeper re-enqueues.
+Stopping: the first SIGTERM or SIGINT stops taking jobs and lets the moves in flight finish for up
+to WORKER_STOP_GRACE_SECONDS (25: below the 30 s most process managers wait before SIGKILL). Moves
+still running then have their leases released, so the sweeper hands them to another worker at its
+next pass instead of after a lease, and whatever they write later is refused by the guard (they no
+longer hold the lease). A second signal stops at once; a SIGKILL loses nothing either: the leases
+expire and the sweeper re-enqueues.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ from webapp.runtime.work import process_owner
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_SECONDS = 25.0  # below the 30 s most process managers wait between SIGTERM and SIGKILL
-
 
 class PoolWorker(SimpleWorker):
     """An RQ worker running up to `concurrency` jobs at once, each in a thread of a pool with its
@@ -46,10 +45,11 @@ class PoolWorker(SimpleWorker):
 
     death_penalty_class = TimerDeathPenalty  # job timeouts by timer: signals reach the main thread only
 
-    def __init__(self, queues, *, app: Flask, concurrency: int, **kwargs) -> None:
+    def __init__(self, queues, *, app: Flask, concurrency: int, stop_grace_seconds: float, **kwargs) -> None:
         super().__init__(queues, **kwargs)
         self.app = app
         self.concurrency = concurrency
+        self.stop_grace_seconds = stop_grace_seconds
         self._free = threading.BoundedSemaphore(concurrency)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="slot")
         self._busy = 0
@@ -134,9 +134,9 @@ class PoolWorker(SimpleWorker):
             raise StopRequested()
 
     def teardown(self) -> None:
-        """Let the moves in flight finish (up to STOP_GRACE_SECONDS), release the leases of those
-        that did not, then deregister."""
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        """Let the moves in flight finish (up to the stop grace), release the leases of those that
+        did not, then deregister."""
+        deadline = time.monotonic() + self.stop_grace_seconds
         while self._busy and time.monotonic() < deadline:
             time.sleep(0.05)
         stranded = self._busy
@@ -183,7 +183,14 @@ def run_worker(app: Flask, burst: bool = False, name: str | None = None, concurr
         queues = [desk.dispatcher.queue, desk.dispatcher.background_queue]  # moves first, always
 
         def new_worker() -> PoolWorker:
-            return PoolWorker(queues, app=app, concurrency=slots, connection=desk.dispatcher.redis, name=name)
+            return PoolWorker(
+                queues,
+                app=app,
+                concurrency=slots,
+                stop_grace_seconds=desk.config.worker_stop_grace_seconds,
+                connection=desk.dispatcher.redis,
+                name=name,
+            )
 
         worker = new_worker()
         stop = threading.Event()
