@@ -219,6 +219,8 @@ class Config(_LogSettings):
     anthropic_base_url: str | None = _text("ANTHROPIC_BASE_URL")
     model: str = _text("ANTHROPIC_MODEL", "claude-sonnet-5")
     max_tokens: int = _whole_number("MAX_TOKENS", 1024, minimum=1)
+    # the offline demo model's pace: each reply takes this long, streamed (0: at once)
+    demo_model_reply_seconds: float = _number_of("seconds", "DEMO_MODEL_REPLY_SECONDS", 0.0, minimum=0.0)
     model_timeout_seconds: float = _number_of("seconds", "MODEL_TIMEOUT_SECONDS", 60.0, minimum=0.1)
     model_max_retries: int = _whole_number("MODEL_MAX_RETRIES", 2)  # the SDK's own retries, before the job's
     move_retries: int = _whole_number("MOVE_RETRIES", 3)  # RQ retries of a move after a transient model error

@@ -240,6 +240,20 @@ def test_a_custom_responder_and_chunk_delay():
     assert time.monotonic() - started >= 0.02 * 6
 
 
+def test_a_reply_pace_spreads_a_stream_over_the_reply_and_delays_a_plain_answer():
+    client = demo_client(DemoTransport(reply_seconds=0.4))
+    started = time.monotonic()
+    with client.messages.stream(**HELLO) as live:
+        first_words = next(iter(live.text_stream))
+        first_at = time.monotonic() - started
+        rest = "".join(live.text_stream)
+    assert first_words and rest and first_at < 0.4  # the words arrive along the way, not all at the end
+    assert time.monotonic() - started >= 0.4
+    started = time.monotonic()
+    assert client.messages.create(**HELLO).content[0].text == first_words + rest
+    assert time.monotonic() - started >= 0.4
+
+
 # --- ModelServer over HTTP ------------------------------------------------------------------------
 
 

@@ -238,6 +238,7 @@ def model_client(config: Config, transport: httpx2.BaseTransport | None = None) 
         config.max_tokens,
         config.model_timeout_seconds,
         config.model_max_retries,
+        config.demo_model_reply_seconds,
         id(transport),
     )
     if key not in _clients:
@@ -258,7 +259,9 @@ def model_client(config: Config, transport: httpx2.BaseTransport | None = None) 
             sdk = anthropic.Anthropic(
                 api_key="offline-demo",
                 base_url="http://demo-model.invalid",
-                http_client=httpx2.Client(transport=transport or DemoTransport()),
+                http_client=httpx2.Client(
+                    transport=transport or DemoTransport(reply_seconds=config.demo_model_reply_seconds)
+                ),
                 **options,
             )
         _clients[key] = ModelClient(sdk, config.model, config.max_tokens)

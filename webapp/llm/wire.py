@@ -355,9 +355,15 @@ def _json_pieces(text: str, pieces: int = 4) -> list[str]:
 class DemoTransport(httpx2.BaseTransport):
     """An httpx2 transport that answers POST /v1/messages offline, as the real API would."""
 
-    def __init__(self, responder: Responder = demo_model.respond, chunk_delay: float = 0.0) -> None:
+    def __init__(
+        self, responder: Responder = demo_model.respond, chunk_delay: float = 0.0, reply_seconds: float = 0.0
+    ) -> None:
+        """`chunk_delay` pauses between streamed events; `reply_seconds` makes each reply take that
+        long in all (a JSON reply waits it out, a stream spreads it over its events), as a real
+        model's pace."""
         self.responder = responder
         self.chunk_delay = chunk_delay
+        self.reply_seconds = reply_seconds
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         raw = request.read()
@@ -369,7 +375,10 @@ class DemoTransport(httpx2.BaseTransport):
             return httpx2.Response(400, json=api_error(400, "; ".join(problems)), headers=headers)
         message = self.responder(body)
         if not body.get("stream"):
+            time.sleep(self.reply_seconds)
             return httpx2.Response(200, json=message, headers=headers)
+        events = list(sse_events(message))
+        delay = self.chunk_delay or (self.reply_seconds / max(1, len(events) - 1))
         return httpx2.Response(
             200,
             headers={
@@ -377,7 +386,7 @@ class DemoTransport(httpx2.BaseTransport):
                 "content-type": "text/event-stream; charset=utf-8",
                 "cache-control": "no-cache",
             },
-            stream=_EventStream(sse_events(message), self.chunk_delay),
+            stream=_EventStream(events, delay),
         )
 
 
