@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, inspect, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from webapp import audit_chain
 from webapp.agent.loop import Loop
@@ -26,6 +27,7 @@ from webapp.tools.tasks import INPUT_REQUIRED, Task, TaskError
 
 log = logging.getLogger(__name__)
 
+_COLUMNS = frozenset(column.key for column in inspect(Conversation).column_attrs)
 WAITING_CALLS = (CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_TASK)
 AWAITING = (ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TASK)
 PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
@@ -142,7 +144,7 @@ def advance(
     finished = session.execute(
         update(Conversation)
         .where(Conversation.id == conversation_id, *guards)
-        .values(version=Conversation.version + 1, lease_owner=None, lease_expires_at=None)
+        .values(version=Conversation.version + 1, lease_owner=None, lease_expires_at=None, **_unwritten(conversation))
         .execution_options(synchronize_session=False)
     ).rowcount
     if not finished:
@@ -154,6 +156,23 @@ def advance(
     session.commit()  # commit 2: the move's result and the lease's release
     next_version = version + 1 if status == ConversationStatus.QUEUED else None
     return MoveResult(move.kind, next_version, conversation.tenant_id, wake_at)
+
+
+_GUARDED = frozenset({"id", "version", "lease_owner", "lease_expires_at"})
+
+
+def _unwritten(conversation: Conversation) -> dict:
+    """The conversation's changes the move made and no flush wrote yet (its status, moves used ...),
+    marked as written: the guarded UPDATE that ends the move writes them, one round trip instead of two."""
+    state = inspect(conversation)
+    changes = {
+        attr.key: attr.value
+        for attr in state.attrs
+        if attr.key in _COLUMNS and attr.key not in _GUARDED and attr.history.has_changes()
+    }
+    for key, value in changes.items():
+        set_committed_value(conversation, key, value)
+    return changes
 
 
 class _LeaseWatcher:

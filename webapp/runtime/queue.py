@@ -78,7 +78,7 @@ class Dispatcher:
                 unique=True,
                 retry=Retry(max=retries, interval=list(self.config.move_retry_intervals)) if retries else None,
                 job_timeout=max(600, int(self.config.model_timeout_seconds * 4)),
-                result_ttl=300,
+                result_ttl=0,  # nothing reads a move's result: the database holds it; failures are kept
                 failure_ttl=7 * 24 * 3600,
             )
         except DuplicateJobError:
