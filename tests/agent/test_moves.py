@@ -320,3 +320,43 @@ def test_every_kind_of_flaky_model_answer_is_transient_and_loses_nothing(session
     assert session.scalar(select(func.count(ToolCall.id))) == 0
     assert len(loop.rows()) == 1  # nothing half-written
     assert mover(loop).outcome == "generate"
+
+
+def test_one_check_renews_every_streaming_lease_and_reads_every_stop_in_one_transaction(session, new_loop):
+    from sqlalchemy import event, update
+
+    conversations = []
+    for n in range(40):
+        loop = started(session, new_loop)
+        loop.conversation.lease_owner = f"worker-{n}:move-{n}"
+        loop.conversation.lease_expires_at = utcnow() + timedelta(seconds=3)
+        conversations.append(loop.conversation)
+    session.commit()
+    asked = conversations[7]
+    watch = moves.StreamWatch(session.get_bind(), interval=3600)  # checked by hand here
+    lease = timedelta(seconds=30)
+    watched = [watch.watch(c.id, c.lease_owner, lease) for c in conversations]
+    assert not any(w.should_stop() for w in watched)  # the first ask puts each stream on the watch
+    session.execute(update(Conversation).where(Conversation.id == asked.id).values(cancel_requested_at=utcnow()))
+    session.commit()
+    for w in watched:
+        w.renewed_at -= lease  # due for renewal
+    statements: list[str] = []
+    engine = session.get_bind()
+
+    def record(_connection, _cursor, statement, *_args) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    watch.check()
+    assert len([s for s in statements if s.lstrip().upper().startswith(("UPDATE", "SELECT"))]) == 2
+    assert [w.conversation_id for w in watched if w.should_stop()] == [asked.id]
+    session.expire_all()
+    for c in conversations:
+        assert c.lease_expires_at > utcnow() + timedelta(seconds=20)  # renewed for a whole lease
+    for w in watched:
+        w.close()
+    statements.clear()
+    watch.check()
+    event.remove(engine, "before_cursor_execute", record)
+    assert statements == []  # nothing streams: nothing to ask the database

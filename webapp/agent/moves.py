@@ -10,11 +10,13 @@ that lost its lease writes nothing. The caller enqueues the next move for the ve
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, inspect, or_, select, update
+from sqlalchemy import func, inspect, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -82,12 +84,22 @@ def advance(
         session.rollback()
         return MoveResult("skipped")
 
-    watcher = _LeaseWatcher(session, conversation_id, owner, lease)
-    loop = make_loop(session, conversation, watcher.should_stop)
-    move = loop.next_move()
-    loop.begin(move)
-    session.commit()  # commit 1: the claim, and what must be durable before a side effect
+    watched = stream_watch(session.get_bind()).watch(conversation_id, owner, lease)
+    try:
+        loop = make_loop(session, conversation, watched.should_stop)
+        move = loop.next_move()
+        loop.begin(move)
+        session.commit()  # commit 1: the claim, and what must be durable before a side effect
+        return _perform(session, loop, move, conversation, version, owner, final_attempt)
+    finally:
+        watched.close()
 
+
+def _perform(
+    session: Session, loop: Loop, move, conversation: Conversation, version: int, owner: str, final_attempt: bool
+) -> MoveResult:
+    """The move's work between its two commits, then commit 2 under the guard."""
+    conversation_id = conversation.id
     try:
         loop.perform(move)
     except ModelError as error:
@@ -175,31 +187,108 @@ def _unwritten(conversation: Conversation) -> dict:
     return changes
 
 
-class _LeaseWatcher:
-    """Checked between streamed chunks: is a cancel asked? It also renews the lease while streaming."""
+class StreamWatch:
+    """The model calls streaming in this process, watched together: one short transaction every
+    `interval` reads which of their conversations were asked to stop and renews the leases that need
+    it, however many stream at once. (A transaction per stream, four times a second, would swamp
+    the database with a few hundred conversations in flight, and on SQLite each one takes the write
+    lock.) The streams' own watchers only read the flags it sets."""
 
-    def __init__(self, session: Session, conversation_id: int, owner: str, lease: timedelta) -> None:
-        self.engine = session.get_bind()
+    def __init__(self, engine, interval: float = 0.25) -> None:
+        self.engine = engine
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._watched: dict[int, _Watched] = {}
+        self._thread: threading.Thread | None = None
+
+    def watch(self, conversation_id: int, owner: str, lease: timedelta) -> _Watched:
+        """A move's entry, watched from the first time its model call's stream asks whether to stop
+        (a tool call is not watched: it runs without renewing its lease); `close()` it after."""
+        return _Watched(self, conversation_id, owner, lease)
+
+    def add(self, watched: _Watched) -> None:
+        with self._lock:
+            self._watched[watched.conversation_id] = watched
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="stream-watch", daemon=True)
+                self._thread.start()
+
+    def forget(self, watched: _Watched) -> None:
+        with self._lock:
+            if self._watched.get(watched.conversation_id) is watched:
+                del self._watched[watched.conversation_id]
+
+    def check(self) -> None:
+        """One pass: renew the leases due for it, and flag the conversations asked to stop."""
+        with self._lock:
+            watched = list(self._watched.values())
+        if not watched:
+            return
+        now = utcnow()
+        due = [w for w in watched if now - w.renewed_at > w.lease / 3]
+        with self.engine.begin() as connection:  # its own short transaction, never a move's session
+            for lease in {w.lease for w in due}:
+                pairs = [(w.conversation_id, w.owner) for w in due if w.lease == lease]
+                connection.execute(
+                    update(Conversation)
+                    .where(tuple_(Conversation.id, Conversation.lease_owner).in_(pairs))
+                    .values(lease_expires_at=now + lease)
+                )
+            stopping = set(
+                connection.scalars(
+                    select(Conversation.id).where(
+                        Conversation.id.in_([w.conversation_id for w in watched]),
+                        Conversation.cancel_requested_at.is_not(None),
+                    )
+                )
+            )
+        for w in due:
+            w.renewed_at = now
+        for w in watched:
+            w.stop_asked = w.conversation_id in stopping
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            try:
+                self.check()
+            except Exception:  # the database away for a moment: the next pass tries again
+                log.warning("could not check the streaming moves for stops and leases", exc_info=True)
+
+
+class _Watched:
+    """One move's entry in its process's StreamWatch."""
+
+    def __init__(self, watch: StreamWatch, conversation_id: int, owner: str, lease: timedelta) -> None:
+        self.watch = watch
         self.conversation_id = conversation_id
         self.owner = owner
         self.lease = lease
         self.renewed_at = utcnow()
+        self.stop_asked = False
+        self.added = False
 
     def should_stop(self) -> bool:
-        with self.engine.begin() as connection:  # its own short transaction, never the session's
-            if utcnow() - self.renewed_at > self.lease / 3:
-                connection.execute(
-                    update(Conversation)
-                    .where(Conversation.id == self.conversation_id, Conversation.lease_owner == self.owner)
-                    .values(lease_expires_at=utcnow() + self.lease)
-                )
-                self.renewed_at = utcnow()
-            return (
-                connection.scalar(
-                    select(Conversation.cancel_requested_at).where(Conversation.id == self.conversation_id)
-                )
-                is not None
-            )
+        if not self.added:
+            self.added = True
+            self.renewed_at = utcnow()
+            self.watch.add(self)
+        return self.stop_asked
+
+    def close(self) -> None:
+        self.watch.forget(self)
+
+
+_stream_watches: dict[int, StreamWatch] = {}
+_stream_watches_lock = threading.Lock()
+
+
+def stream_watch(engine) -> StreamWatch:
+    """The process's StreamWatch for this database engine."""
+    with _stream_watches_lock:
+        if id(engine) not in _stream_watches:
+            _stream_watches[id(engine)] = StreamWatch(engine)
+        return _stream_watches[id(engine)]
 
 
 def release_leases(session: Session, owner_prefix: str) -> int:
