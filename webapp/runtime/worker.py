@@ -56,10 +56,6 @@ class PoolWorker(SimpleWorker):
         self._busy_lock = threading.Lock()
         self._listening = False
 
-    @property
-    def busy_slots(self) -> int:
-        return self._busy
-
     def serialize(self) -> dict:
         """RQ's worker record in Redis, with the number of slots (the ops page and /metrics read it)."""
         return {**super().serialize(), "slots": self.concurrency}
@@ -149,6 +145,7 @@ class PoolWorker(SimpleWorker):
                     db.session.remove()
             log.warning("stopping with %s move(s) still running; released %s lease(s)", stranded, released)
         super().teardown()
+        self._pool.shutdown(wait=False)
         if stranded:
             logging.shutdown()
             os._exit(0)  # the slots' threads would hold the interpreter open until their moves end
