@@ -1,20 +1,29 @@
 """The benchmark: one command, every figure the README's "Performance" section shows.
 
-    .venv/bin/python -m bench --quick                      # a minute or two: small sizes
+    .venv/bin/python -m bench --quick                      # a few minutes: small sizes
     .venv/bin/python -m bench --postgres postgresql://postgres@127.0.0.1:5432/bench_db \
         --redis redis://127.0.0.1:6379/13                  # the full run, SQLite and PostgreSQL
 
-The model is the offline demo model answering in-process beneath the real `anthropic` SDK (zero
-latency), so what is measured is the desk itself. For each backend (SQLite always unless
---no-sqlite; PostgreSQL when --postgres or $BENCH_POSTGRES_URL names a database, whose public
-schema is DROPPED and recreated, so never point it at data you keep):
+The model is the offline demo model answering in-process beneath the real `anthropic` SDK, at zero
+latency unless a part says otherwise (DEMO_MODEL_REPLY_SECONDS=L in its workers: each reply takes
+L seconds, streamed), so what is measured is the desk itself. For each backend (SQLite always
+unless --no-sqlite; PostgreSQL when --postgres or $BENCH_POSTGRES_URL names a database, whose
+public schema is DROPPED and recreated, so never point it at data you keep):
 
 1. overhead: advance() called in-process, move after move (p50, p95, p99 per move);
-2. throughput: N conversations started at once (three moves each), worked by 1, 2, 4, 8 worker
-   subprocesses of each RQ worker class (`python -m bench.worker --class simple|fork|spawn`);
-3. approvals: with one idle worker, a decision POSTed to /api/approvals/<id>, then the next move
-   (the tool) starting and ending, and the answer after it, read from the database's timestamps;
-4. pages: bulk-inserted conversations and audit events, then the inbox, the decision page, the
+2. langgraph: the same scripted agent (a lookup, a refund that waits for approval, an answer) as
+   LangGraph 1.x with its SQLite checkpointer and as the desk's moves, time per step in-process
+   (bench/langgraph_agent.py; skipped, saying so, without `pip install -e '.[bench]'`);
+3. throughput: N conversations started at once (three moves each), worked by 1, 2, 4 worker
+   subprocesses of each worker class (`python -m bench.worker --class pool|simple|fork|spawn`;
+   pool is the app's own worker with --pool-slots slots per process);
+4. inflight: N conversations at once against a model taking L s per reply, on P pool workers of C
+   slots: time to finish in replies, the wait before the model sees a question, memory per
+   conversation in flight (bench/inflight.py);
+5. approvals: a decision POSTed to /api/approvals/<id>, then the next move (the tool) starting and
+   ending, and the answer after it, read from the database's timestamps: with one idle worker, and
+   on pool workers while other conversations are in flight (bench/approvals.py);
+6. pages: bulk-inserted conversations and audit events, then the inbox, the decision page, the
    conversation list, the chat page and the audit log through the test client (p50, p95, p99).
 
 Redis: --redis (its database is FLUSHED) or an embedded server. Prints the tables side by side
@@ -25,22 +34,16 @@ bench/results/.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
-from contextlib import contextmanager
-from datetime import UTC, datetime
-from itertools import count as counter
 from pathlib import Path
 
-import redis as redis_lib
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import func, select
 
-from bench import data
+from bench import approvals as approvals_part
+from bench import data, langgraph_agent
 from bench.common import (
     BACKEND_LABELS,
-    ROOT,
     Table,
     backend,
     dispose,
@@ -55,21 +58,26 @@ from bench.common import (
     stats,
     time_page,
 )
-from bench.worker import LABELS as CLASS_LABELS
+from bench.inflight import measure_inflight, parse_scenarios, scenario_label
+from bench.runs import new_conversations, run_conversations, worker_pool
+from bench.worker import KINDS
+from bench.worker import label as class_label
 
-QUESTION = "Show invoices for customer 4471"  # the demo model: generate, lookup_invoices, generate
-REFUND = "Please refund $60 on invoice 4471, the delivery was late"  # above $50: waits for a reviewer
-PARTS = ("overhead", "throughput", "approvals", "pages")
+PARTS = ("overhead", "langgraph", "throughput", "inflight", "approvals", "pages")
 FULL = {
     "overhead_conversations": 100,
+    "script_runs": 100,
     "conversations": 500,
-    "workers": "1,2,4,8",
-    "classes": "simple,fork,spawn",
+    "workers": "1,2,4",
+    "classes": "pool,simple",
+    "pool_slots": 20,
     "fork_conversations": 100,
     "spawn_conversations": 4,
     "spawn_workers": "2",
+    "inflight": "40:2.25:2:20,200:5:1:200,40:2.25:2:1",
     "decisions": 20,
-    "approval_classes": "simple,fork",
+    "approval_classes": "pool,simple",
+    "approvals_in_flight": "200:5:2:120",
     "page_conversations": 100_000,
     "audit_events": 1_000_000,
     "repeats": 30,
@@ -77,41 +85,40 @@ FULL = {
 QUICK = {
     **FULL,
     "overhead_conversations": 20,
+    "script_runs": 10,
     "conversations": 20,
     "workers": "1,2",
-    "classes": "simple,fork",
     "fork_conversations": 20,
+    "inflight": "10:0.5:2:5,20:1:1:20,10:0.5:2:1",
     "decisions": 3,
-    "approval_classes": "simple",
+    "approval_classes": "pool",
+    "approvals_in_flight": "20:0.5:1:30",
     "page_conversations": 2_000,
     "audit_events": 20_000,
     "repeats": 5,
 }
-_pool_ids = counter(1)
+HELP = {
+    "overhead_conversations": "conversations for the per-move figures",
+    "script_runs": "runs of the scripted agent per side for the LangGraph comparison",
+    "conversations": "conversations started at once for moves/s (pool, simple)",
+    "workers": "worker counts for moves/s",
+    "classes": "worker classes for moves/s: pool (the app's PoolWorker), simple (rq.SimpleWorker), "
+    "fork (rq.Worker), spawn (rq.SpawnWorker)",
+    "pool_slots": "slots per pool worker for moves/s and the idle approvals",
+    "fork_conversations": "conversations for fork (0 skips it)",
+    "spawn_conversations": "conversations for spawn (~5 s per move: a new interpreter; 0 skips it)",
+    "spawn_workers": "worker counts for spawn",
+    "inflight": "scenarios conversations:reply_seconds:workers:slots, comma-separated",
+    "decisions": "approvals to time (idle, and in flight)",
+    "approval_classes": "worker classes to time idle approvals with",
+    "approvals_in_flight": "background load for approvals: in_flight:reply_seconds:workers:slots (0 skips it)",
+    "page_conversations": "conversations in the database for the pages",
+    "audit_events": "audit events in the database for the pages",
+    "repeats": "requests per page",
+}
 
 
 # --- 1. overhead per move ------------------------------------------------------------------------
-
-
-def new_conversations(app, count: int, question: str = QUESTION) -> list[tuple[int, int]]:
-    """`count` queued conversations of agent@acme.test, committed, not enqueued: (id, version)."""
-    from webapp.agent import moves
-    from webapp.models import Conversation, User
-    from webapp.runtime.extensions import db
-    from webapp.runtime.services import services
-
-    with app.app_context():
-        agent = db.session.scalar(select(User).where(User.email == "agent@acme.test"))
-        made = []
-        for _ in range(count):
-            conversation = Conversation(tenant_id=agent.tenant_id, user_id=agent.id, status="queued", move_budget=50)
-            db.session.add(conversation)
-            db.session.flush()
-            services().loop(db.session, conversation).ask_later(question)
-            made.append((conversation.id, moves.start_run(db.session, conversation)))
-        db.session.commit()
-        db.session.remove()
-    return made
 
 
 def measure_overhead(app, conversations: int) -> dict:
@@ -157,172 +164,7 @@ def measure_overhead(app, conversations: int) -> dict:
     }
 
 
-# --- 2. throughput per worker class and count ----------------------------------------------------
-
-
-@contextmanager
-def worker_pool(env: dict, kind: str, workers: int):
-    """`workers` subprocesses of `python -m bench.worker --class kind`, registered and idle."""
-    from rq import Worker
-
-    tag = f"bench-{next(_pool_ids)}-{kind}"
-    names = [f"{tag}-{n}" for n in range(workers)]
-    log_path = Path(env["INSTANCE_PATH"]) / f"{tag}.log"
-    log = log_path.open("wb")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", "--class", kind, "--name", name],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=log,
-            stderr=log,
-        )
-        for name in names
-    ]
-    connection = redis_lib.Redis.from_url(env["REDIS_URL"])
-    try:
-        deadline = time.monotonic() + 180
-        while not set(names) <= {w.name for w in Worker.all(connection=connection)}:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"{kind} workers did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.1)
-        yield
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
-
-
-def _plain_engine(env: dict):
-    """An engine for polling, without the app's BEGIN IMMEDIATE (a poll must not take SQLite's lock)."""
-    return create_engine(env["DATABASE_URL"])
-
-
-def run_conversations(app, env: dict, count: int, timeout: float = 1800) -> dict:
-    """Start `count` conversations at once on the running pool; moves per second until the last ends."""
-    from webapp.models import Conversation
-    from webapp.runtime.services import services
-
-    made = new_conversations(app, count)
-    low, high = made[0][0], made[-1][0]
-    mine = Conversation.id.between(low, high)
-    engine = _plain_engine(env)
-    try:
-        with app.app_context():
-            dispatcher = services().dispatcher
-            started = datetime.now(UTC)
-            for conversation_id, version in made:
-                dispatcher.enqueue_move(conversation_id, version)
-        deadline = time.monotonic() + timeout
-        while True:
-            with engine.connect() as connection:
-                settled = dict(
-                    connection.execute(
-                        select(Conversation.status, func.count()).where(mine).group_by(Conversation.status)
-                    ).all()
-                )
-            if settled.get("completed", 0) >= count:
-                break
-            stuck = {k: v for k, v in settled.items() if k in ("failed", "budget_exhausted", "cancelled")}
-            if stuck:
-                raise RuntimeError(f"conversations ended badly: {stuck}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out: {settled}")
-            time.sleep(0.1)
-        with engine.connect() as connection:
-            moves, finished = connection.execute(
-                select(func.sum(Conversation.moves_used), func.max(Conversation.updated_at)).where(mine)
-            ).one()
-    finally:
-        engine.dispose()
-    if isinstance(finished, str):  # SQLite through a plain engine without the model's type
-        finished = datetime.fromisoformat(finished)
-    if finished.tzinfo is None:
-        finished = finished.replace(tzinfo=UTC)
-    seconds = (finished - started).total_seconds()
-    return {
-        "conversations": count,
-        "moves": int(moves),
-        "seconds": round(seconds, 2),
-        "moves_per_s": round(moves / seconds, 1),
-    }
-
-
-# --- 3. approval to resume -------------------------------------------------------------------------
-
-
-def measure_approvals(app, env: dict, decisions: int) -> dict:
-    """With the pool idle: approve waiting refunds one at a time through the API; time the resume."""
-    from webapp.conversations import actions as conversations
-    from webapp.models import Conversation, ModelCall, ToolCall, User
-    from webapp.runtime.extensions import db
-
-    client, bearer = signed_in(app, "reviewer@acme.test")
-    with app.app_context():
-        agent = db.session.scalar(select(User).where(User.email == "agent@acme.test"))
-        ids = [conversations.start(db.session, agent, REFUND).id for _ in range(decisions)]
-        db.session.remove()
-    engine = _plain_engine(env)
-    waiting = ToolCall.status == "awaiting_approval"
-    try:
-        _until(engine, select(func.count()).where(ToolCall.conversation_id.in_(ids), waiting), decisions)
-        parked = Conversation.id.in_(ids) & (Conversation.status == "awaiting_approval")
-        _until(engine, select(func.count()).where(parked), decisions)  # decide only once parked
-        with engine.connect() as connection:
-            calls = connection.execute(
-                select(ToolCall.id, ToolCall.conversation_id).where(ToolCall.conversation_id.in_(ids))
-            ).all()
-        posted: dict[int, datetime] = {}
-        post_ms = []
-        for call_id, conversation_id in calls:
-            posted[call_id] = datetime.now(UTC)
-            started = time.perf_counter()
-            response = client.post(f"/api/approvals/{call_id}", json={"decision": "approve"}, headers=bearer)
-            post_ms.append((time.perf_counter() - started) * 1000)
-            if response.status_code != 200:
-                raise RuntimeError(f"approval {call_id}: {response.status_code} {response.get_data(as_text=True)}")
-            done = select(func.count()).where(Conversation.id == conversation_id, Conversation.status == "completed")
-            _until(engine, done, 1, timeout=120, poll=0.01)
-    finally:
-        engine.dispose()
-    to_start, to_end, to_answer = [], [], []
-    with app.app_context():
-        for call_id, conversation_id in calls:
-            call = db.session.get(ToolCall, call_id)
-            answer = db.session.scalar(
-                select(ModelCall).where(ModelCall.conversation_id == conversation_id).order_by(ModelCall.id.desc())
-            )
-            t0 = posted[call_id]
-            to_start.append((call.started_at - t0).total_seconds() * 1000)
-            to_end.append((call.finished_at - t0).total_seconds() * 1000)
-            to_answer.append((answer.created_at - t0).total_seconds() * 1000)
-        db.session.remove()
-    return {
-        "POST /api/approvals/<id> (approve)": stats(post_ms, 1),
-        "decision posted → tool move starts": stats(to_start, 1),
-        "decision posted → tool move ends": stats(to_end, 1),
-        "decision posted → next model move ends": stats(to_answer, 1),
-    }
-
-
-def _until(engine, statement, target: int, timeout: float = 600, poll: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        with engine.connect() as connection:
-            if connection.scalar(statement) >= target:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {target}: {statement}")
-        time.sleep(poll)
-
-
-# --- 4. pages at scale ----------------------------------------------------------------------------
+# --- 6. pages at scale ----------------------------------------------------------------------------
 
 
 def page_targets(app) -> list[tuple[str, str, str]]:
@@ -379,7 +221,7 @@ def measure_pages(app, repeats: int) -> dict:
 # --- the run ------------------------------------------------------------------------------------
 
 
-def run_backend(name: str, args, postgres: str | None) -> dict:
+def run_backend(name: str, args, postgres: str | None, shared: dict) -> dict:
     result: dict = {}
     with backend(name, postgres, args.redis) as env:
         app = make_app(env)
@@ -388,28 +230,69 @@ def run_backend(name: str, args, postgres: str | None) -> dict:
         if "overhead" in args.parts:
             progress(f"{label}: overhead per move, {args.overhead_conversations} conversations in-process")
             result["overhead"] = measure_overhead(app, args.overhead_conversations)
-        if "throughput" in args.parts or "approvals" in args.parts:
-            result["throughput"], result["approvals"] = [], {}
+        if "langgraph" in args.parts:
+            missing = langgraph_agent.available()
+            if missing:
+                progress(f"{label}: LangGraph comparison skipped: {missing}")
+                shared.setdefault("langgraph", {"skipped": missing})
+            else:
+                progress(f"{label}: the scripted agent as desk moves, {args.script_runs} runs in-process")
+                result["script"] = langgraph_agent.measure_desk(app, args.script_runs, new_conversations)
+                if "langgraph" not in shared:
+                    progress(f"LangGraph: the scripted agent, {args.script_runs} runs in-process")
+                    shared["langgraph"] = {
+                        "versions": langgraph_agent.versions(),
+                        **langgraph_agent.measure_langgraph(args.script_runs),
+                    }
+        if "throughput" in args.parts:
+            result["throughput"] = []
             for kind in args.classes:
-                size = {"simple": args.conversations, "fork": args.fork_conversations}.get(
-                    kind, args.spawn_conversations
+                size = {"fork": args.fork_conversations, "spawn": args.spawn_conversations}.get(
+                    kind, args.conversations
                 )
-                timed = args.spawn_workers if kind == "spawn" else args.workers
-                if "throughput" not in args.parts or size < 1:
-                    timed = []
-                wants_approvals = "approvals" in args.parts and kind in args.approval_classes
-                for workers in timed + ([1] if wants_approvals and 1 not in timed else []):
-                    with worker_pool(env, kind, workers):
-                        if workers in timed:
-                            progress(f"{label}: {CLASS_LABELS[kind]} x{workers}, {size} conversations")
-                            row = run_conversations(app, env, size)
-                            result["throughput"].append({"class": kind, "workers": workers, **row})
-                            progress(f"{label}:   {row['moves_per_s']} moves/s")
-                        if wants_approvals and workers == 1:
-                            progress(
-                                f"{label}: approval to resume, {CLASS_LABELS[kind]} x1, {args.decisions} decisions"
-                            )
-                            result["approvals"][kind] = measure_approvals(app, env, args.decisions)
+                slots = args.pool_slots if kind == "pool" else None
+                for workers in args.spawn_workers if kind == "spawn" else args.workers:
+                    if size < 1:
+                        continue
+                    with worker_pool(env, kind, workers, slots) as pool:
+                        progress(f"{label}: {class_label(kind, slots)} x{workers}, {size} conversations")
+                        row = run_conversations(app, env, size, workers=pool)
+                    result["throughput"].append({"class": kind, "workers": workers, "slots": slots, **row})
+                    progress(f"{label}:   {row['moves_per_s']} moves/s")
+        if "inflight" in args.parts:
+            result["inflight"] = []
+            for scenario in args.inflight:
+                progress(f"{label}: in flight, {scenario_label(scenario)}")
+                row = measure_inflight(
+                    app,
+                    env,
+                    scenario["conversations"],
+                    scenario["reply_seconds"],
+                    scenario["workers"],
+                    scenario["slots"],
+                )
+                result["inflight"].append(row)
+                progress(
+                    f"{label}:   done in {row['done_over_reply']} x L, wait p95 {row['wait_for_model_p95_s']} s, "
+                    f"{row['mb_per_conversation']} MB per conversation in flight; worker log: {row['worker_log']}"
+                )
+        if "approvals" in args.parts:
+            result["approvals"] = {}
+            for kind in args.approval_classes:
+                slots = args.pool_slots if kind == "pool" else None
+                with worker_pool(env, kind, 1, slots) as pool:
+                    progress(f"{label}: approval to resume, {class_label(kind, slots)} x1 idle, {args.decisions}")
+                    result["approvals"][kind] = approvals_part.measure_approvals(app, env, args.decisions, pool.check)
+            load = args.approvals_in_flight
+            if load:
+                progress(
+                    f"{label}: approval to resume with {load['in_flight']} conversations in flight "
+                    f"(L={load['reply_seconds']:g} s, {load['workers']} x {load['slots']} slots), {args.decisions}"
+                )
+                result["approvals_in_flight"] = approvals_part.measure_approvals_in_flight(
+                    app, env, args.decisions, **load
+                )
+                progress(f"{label}:   worker log: {result['approvals_in_flight']['settings']['worker_log']}")
         if "pages" in args.parts:
             progress(f"{label}: bulk-inserting {args.page_conversations:,} conversations")
             with app.app_context():
@@ -455,6 +338,34 @@ def tables(report: dict) -> list[Table]:
                 *pg_over_sqlite([c["p50_ms"] for c in cells]),
             )
         out.append(table)
+    graph = report.get("langgraph")
+    if graph and "skipped" in graph:
+        table = Table("The scripted agent, desk vs LangGraph", ["part"])
+        table.add(f"skipped: {graph['skipped']}")
+        out.append(table)
+    elif graph and "script" in first:
+        table = Table(
+            "Time per step of the same scripted agent, in-process (ms): "
+            f"LangGraph {graph['versions']['langgraph']} + SqliteSaver vs the desk's moves",
+            [
+                "step",
+                "LangGraph invoke per step p50",
+                "LangGraph invoke per step p95",
+                "LangGraph one stream p50",
+                "LangGraph one stream p95",
+                *(x for b in labels for x in (f"desk {b} p50", f"desk {b} p95", f"desk {b} / LangGraph per step p50")),
+            ],
+        )
+        for row in first["script"]:
+            step, stream = graph["step"].get(row), graph["stream"].get(row)
+            desk = [results[b]["script"][row] for b in backends]
+            table.add(
+                row,
+                *(step["p50_ms"], step["p95_ms"]) if step else ("-", "-"),
+                *(stream["p50_ms"], stream["p95_ms"]) if stream else ("-", "-"),
+                *(x for d in desk for x in (d["p50_ms"], d["p95_ms"], ratio(d["p50_ms"], step and step["p50_ms"]))),
+            )
+        out.append(table)
     if first.get("throughput"):
         table = Table(
             "Moves per second, conversations started at once (three moves each), worker subprocesses",
@@ -476,32 +387,94 @@ def tables(report: dict) -> list[Table]:
                 simple = next((r for r in rows if r["class"] == "simple" and r["workers"] == row["workers"]), None)
                 cells.append((mine["moves_per_s"], one and one["moves_per_s"], simple and simple["moves_per_s"]))
             table.add(
-                CLASS_LABELS[row["class"]],
+                class_label(row["class"], row.get("slots")),
                 row["workers"],
                 row["conversations"],
                 *(x for c in cells for x in (c[0], ratio(c[0], c[1]), ratio(c[0], c[2]))),
                 *pg_over_sqlite([c[0] for c in cells]),
             )
         out.append(table)
-    if first.get("approvals"):
+    if first.get("inflight"):
         table = Table(
-            "Approval to resume, one idle worker (ms)",
+            "Conversations in flight: N started at once, the model taking L s per reply (two replies and a tool "
+            "each), PoolWorker processes",
+            [
+                "scenario",
+                *(
+                    f"{b} {c}"
+                    for b in labels
+                    for c in (
+                        "done / L",
+                        "wait for the model p50 s",
+                        "p95 s",
+                        "peak moving",
+                        "MB per conversation",
+                        "sweeper re-enqueued",
+                    )
+                ),
+            ],
+        )
+        for n, row in enumerate(first["inflight"]):
+            cells = [results[b]["inflight"][n] for b in backends]
+            table.add(
+                scenario_label(row),
+                *(
+                    x
+                    for c in cells
+                    for x in (
+                        c["done_over_reply"],
+                        c["wait_for_model_p50_s"],
+                        c["wait_for_model_p95_s"],
+                        c["peak_moves_running"],
+                        c["mb_per_conversation"],
+                        str(c["sweeper_recoveries"]),
+                    )
+                ),
+            )
+        out.append(table)
+    if first.get("approvals"):
+        load = first.get("approvals_in_flight")
+        loaded = []
+        if load:
+            s = load["settings"]
+            lost = sum(
+                results[b]["approvals_in_flight"]["settings"]["worker_log"]["sweeper_re_enqueued"] for b in backends
+            )
+            loaded = [
+                f"{s['in_flight']} in flight (L={s['reply_seconds']:g} s, {s['workers']} x {s['slots']} slots"
+                + (f"; the sweeper re-enqueued {lost} moves Redis refused" if lost else "")
+                + ")"
+            ]
+        table = Table(
+            "Approval to resume (ms): one idle worker (zero-latency model)"
+            + (f", and on PoolWorkers with {loaded[0]}" if loaded else ""),
             [
                 "worker class",
                 "measure",
-                *(f"{b} {p}" for b in labels for p in ("p50", "p95")),
-                *(["PG / SQLite p50"] if both else []),
+                *(
+                    f"{b} {c}"
+                    for b in labels
+                    for c in ("idle p50", "idle p95", *(("in flight p50", "in flight p95") if loaded else ()))
+                ),
+                *(["PG / SQLite idle p50"] if both else []),
             ],
             labels=2,
         )
         for kind, measures in first["approvals"].items():
             for measure in measures:
-                cells = [results[b]["approvals"][kind][measure] for b in backends]
+                cells = []
+                for b in backends:
+                    idle = results[b]["approvals"][kind][measure]
+                    cells += [idle["p50_ms"], idle["p95_ms"]]
+                    if loaded:
+                        busy = results[b].get("approvals_in_flight") if kind == "pool" else None
+                        busy = busy and busy["measures"].get(measure)
+                        cells += [busy["p50_ms"], busy["p95_ms"]] if busy else ["-", "-"]
                 table.add(
-                    CLASS_LABELS[kind],
+                    class_label(kind),
                     measure,
-                    *(c[k] for c in cells for k in ("p50_ms", "p95_ms")),
-                    *pg_over_sqlite([c["p50_ms"] for c in cells]),
+                    *cells,
+                    *pg_over_sqlite([results[b]["approvals"][kind][measure]["p50_ms"] for b in backends]),
                 )
         out.append(table)
     if "pages" in first:
@@ -558,7 +531,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes (a minute or two); defaults below are full")
+    parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes); defaults below are full")
     parser.add_argument("--postgres", help="a PostgreSQL database URL to WIPE and use (default: $BENCH_POSTGRES_URL)")
     parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only, even if $BENCH_POSTGRES_URL is set")
@@ -566,20 +539,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parts", default=",".join(PARTS), help=f"what to measure (default {','.join(PARTS)})")
     parser.add_argument("--results", type=Path, default=None, help="directory for the results (default bench/results)")
     sizes = parser.add_argument_group("sizes (full / --quick)")
-    for key, kind, text in (
-        ("overhead_conversations", int, "conversations for the per-move figures"),
-        ("conversations", int, "conversations started at once for moves/s (simple)"),
-        ("fork_conversations", int, "conversations for fork (0 skips it)"),
-        ("workers", str, "worker counts"),
-        ("classes", str, "RQ worker classes: simple (rq.SimpleWorker), fork (rq.Worker), spawn (rq.SpawnWorker)"),
-        ("spawn_conversations", int, "conversations for spawn (~5 s per move: a new interpreter; 0 skips it)"),
-        ("spawn_workers", str, "worker counts for spawn"),
-        ("decisions", int, "approvals to time"),
-        ("approval_classes", str, "worker classes to time approvals with"),
-        ("page_conversations", int, "conversations in the database for the pages"),
-        ("audit_events", int, "audit events in the database for the pages"),
-        ("repeats", int, "requests per page"),
-    ):
+    for key, text in HELP.items():
+        kind = int if isinstance(FULL[key], int) else str
         sizes.add_argument(
             "--" + key.replace("_", "-"), type=kind, default=None, help=f"{text} ({FULL[key]} / {QUICK[key]})"
         )
@@ -589,14 +550,24 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             setattr(args, key, value)
     args.workers = _numbers(args.workers, "--workers", parser)
     args.spawn_workers = _numbers(args.spawn_workers, "--spawn-workers", parser)
-    args.classes = _names(args.classes, "--classes", ("simple", "fork", "spawn"), parser)
-    args.approval_classes = _names(args.approval_classes, "--approval-classes", ("simple", "fork", "spawn"), parser)
+    args.classes = _names(args.classes, "--classes", KINDS, parser)
+    args.approval_classes = _names(args.approval_classes, "--approval-classes", KINDS, parser)
     args.parts = _names(args.parts, "--parts", PARTS, parser)
-    for key in ("overhead_conversations", "conversations", "decisions", "page_conversations", "repeats"):
+    try:
+        args.inflight = parse_scenarios(args.inflight)
+        args.approvals_in_flight = approvals_part.parse_load(args.approvals_in_flight)
+    except ValueError as error:
+        parser.error(str(error))
+    for key in ("overhead_conversations", "script_runs", "conversations", "pool_slots", "decisions"):
+        if getattr(args, key) < 1:
+            parser.error(f"--{key.replace('_', '-')} must be at least 1")
+    for key in ("page_conversations", "repeats"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be at least 1")
     if args.audit_events < 1000:
         parser.error("--audit-events must be at least 1000")
+    if "inflight" in args.parts and not args.inflight:
+        parser.error("--inflight needs at least one scenario, or leave inflight out of --parts")
     args.postgres = None if args.no_postgres else postgres_from(args.postgres)
     args.backends = ([] if args.no_sqlite else ["sqlite"]) + (["postgresql"] if args.postgres else [])
     if not args.backends:
@@ -609,8 +580,10 @@ def main(argv: list[str] | None = None) -> Path:
     sizes = {key: getattr(args, key) for key in FULL}
     report = new_report(mode="quick" if args.quick else "full", command=sys.argv, sizes=sizes, parts=args.parts)
     started = time.monotonic()
+    shared: dict = {}
     for name in args.backends:
-        report["backends"][name] = run_backend(name, args, args.postgres)
+        report["backends"][name] = run_backend(name, args, args.postgres, shared)
+    report.update(shared)
     report["seconds"] = round(time.monotonic() - started, 1)
     path = save("bench", report, tables(report), args.results)
     print(f"{report['seconds']:.0f} s in all, {report['cpus']} CPUs")

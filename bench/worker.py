@@ -1,9 +1,11 @@
-"""A bench-only worker entry point that runs the moves queue with the RQ worker class you name, so
-the benchmark can compare them (the app's own `flask --app webapp worker` always runs SimpleWorker).
+"""A bench-only worker entry point that runs the moves queue with the worker class you name, so the
+benchmark can compare them.
 
-    .venv/bin/python -m bench.worker --class simple|fork|spawn [--burst] [--name NAME]
+    .venv/bin/python -m bench.worker --class pool|simple|fork|spawn [--concurrency C] [--burst] [--name NAME]
 
-- simple: rq.SimpleWorker, the app's choice: every job runs in the worker process.
+- pool:   the app's own worker (webapp.runtime.worker.PoolWorker through run_worker, exactly what
+          `flask --app webapp worker --concurrency C` runs): C slots, each a thread running one move.
+- simple: rq.SimpleWorker, the app's choice before the pool: one job at a time in the worker process.
 - fork:   rq.Worker: every job runs in a child forked from the worker (os.fork per job). The parent
           imports the job code and warms the SDK (two model calls to the in-process demo model) so
           each child inherits them, and each child drops the inherited database pool (connections
@@ -11,7 +13,8 @@ the benchmark can compare them (the app's own `flask --app webapp worker` always
 - spawn:  rq.SpawnWorker: every job runs in a new interpreter (os.posix_spawn per job), which must
           import the app and build it before the move can run.
 
-Like the app's worker it runs inside the app context, with RQ's scheduler and the sweep ticker.
+The others run like the app's worker did before the pool: inside the app context, with RQ's scheduler
+and the sweep ticker, on the moves queue only.
 """
 
 from __future__ import annotations
@@ -48,7 +51,15 @@ class AppSpawnWorker(SpawnWorker):
 
 
 CLASSES = {"simple": SimpleWorker, "fork": ForkWorker, "spawn": AppSpawnWorker}
-LABELS = {"simple": "rq.SimpleWorker", "fork": "rq.Worker", "spawn": "rq.SpawnWorker"}
+KINDS = ("pool", *CLASSES)
+LABELS = {"pool": "PoolWorker", "simple": "rq.SimpleWorker", "fork": "rq.Worker", "spawn": "rq.SpawnWorker"}
+
+
+def label(kind: str, concurrency: int | None = None) -> str:
+    """The class as the tables show it: the pool with its slots per process."""
+    if kind == "pool" and concurrency:
+        return f"{LABELS[kind]} x{concurrency} slots"
+    return LABELS[kind]
 
 
 def warm_up(client, tools: list[dict]) -> None:
@@ -59,13 +70,15 @@ def warm_up(client, tools: list[dict]) -> None:
     client.generate(system=system, tools=tools, messages=[{"role": "user", "content": "Hello"}])
 
 
-def run(kind: str, burst: bool = False, name: str | None = None) -> bool:
+def run(kind: str, burst: bool = False, name: str | None = None, concurrency: int | None = None) -> bool:
     from webapp import create_app
     from webapp.llm.client import model_client
     from webapp.runtime.services import services
-    from webapp.runtime.worker import start_sweep_ticker
+    from webapp.runtime.worker import run_worker, start_sweep_ticker
 
     app = create_app()
+    if kind == "pool":
+        return run_worker(app, burst=burst, name=name, concurrency=concurrency)
     with app.app_context():
         desk = services()
         import jobs.moves  # noqa: F401  (imported once here, inherited by forked children)
@@ -84,11 +97,14 @@ def run(kind: str, burst: bool = False, name: str | None = None) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--class", dest="kind", choices=sorted(CLASSES), default="simple")
+    parser.add_argument("--class", dest="kind", choices=KINDS, default="pool")
+    parser.add_argument("--concurrency", type=int, default=None, help="pool: slots (default WORKER_CONCURRENCY)")
     parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     parser.add_argument("--name", default=None, help="worker name (default: RQ's)")
     args = parser.parse_args()
-    run(args.kind, burst=args.burst, name=args.name)
+    if args.concurrency is not None and args.concurrency < 1:
+        parser.error("--concurrency must be at least 1")
+    run(args.kind, burst=args.burst, name=args.name, concurrency=args.concurrency)
 
 
 if __name__ == "__main__":
