@@ -44,3 +44,19 @@ def test_a_move_that_is_gone_or_long_started_is_dead(app):
     job.started_at = datetime.now(UTC) - timedelta(seconds=dispatcher.config.lease_seconds + 1)
     job.save()
     assert not dispatcher.job_alive(job.id)
+
+
+def test_a_process_holds_hundreds_of_redis_connections_at_once(app):
+    # Each live page holds a pub/sub connection, and a worker's slots each take one as they finish:
+    # redis-py's default pool refuses the 101st ("Too many connections").
+    dispatcher = services().dispatcher
+    listeners = []
+    try:
+        for n in range(150):
+            listener = dispatcher.redis.pubsub()
+            listener.subscribe(f"desk:test:{n}")
+            listeners.append(listener)
+        assert dispatcher.redis.ping()
+    finally:
+        for listener in listeners:
+            listener.close()

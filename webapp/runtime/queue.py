@@ -27,12 +27,20 @@ WAKE_JOB = "jobs.moves.wake_for_tasks"
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 
+REDIS_CONNECTIONS = 10_000  # per process: a live page holds one (pub/sub), a busy slot one for a moment
+REDIS_WAIT_SECONDS = 30  # past the cap, a request or a move waits this long for a connection, then fails
+
+
 def redis_connection(config: Config) -> redis.Redis:
     """The process's Redis: REDIS_URL, or the embedded server of this checkout's instance folder,
-    started by whichever process needs it first and shared by all (webapp/runtime/embedded_redis.py)."""
-    if config.redis_url:
-        return redis.Redis.from_url(config.redis_url, health_check_interval=30)
-    return redis.Redis.from_url(embedded_redis.ensure_running(config.instance_path), health_check_interval=30)
+    started by whichever process needs it first and shared by all (webapp/runtime/embedded_redis.py).
+    Its pool grows to REDIS_CONNECTIONS and then makes callers wait (redis-py's default pool refuses
+    past 100: two hundred slots finishing their model calls together lost enqueues to it)."""
+    url = config.redis_url or embedded_redis.ensure_running(config.instance_path)
+    pool = redis.BlockingConnectionPool.from_url(
+        url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_SECONDS, health_check_interval=30
+    )
+    return redis.Redis(connection_pool=pool)
 
 
 class QueueUnavailable(redis.ConnectionError):

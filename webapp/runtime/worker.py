@@ -148,7 +148,9 @@ class PoolWorker(SimpleWorker):
         self._pool.shutdown(wait=False)
         if stranded:
             logging.shutdown()
-            os._exit(0)  # the slots' threads would hold the interpreter open until their moves end
+            # The slots' threads would hold the interpreter open until their moves end. Asked to stop,
+            # that is a clean exit; otherwise (RQ's loop gave up) a process manager should restart it.
+            os._exit(0 if self._stop_requested else 1)
 
 
 def start_sweep_ticker(app: Flask, stop: threading.Event) -> threading.Thread:
@@ -196,12 +198,17 @@ def run_worker(app: Flask, burst: bool = False, name: str | None = None, concurr
         try:
             while True:
                 try:
-                    return worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+                    worked = worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+                    if burst or worker._stop_requested:
+                        return worked
+                    # RQ's loop returns after an error it did not expect (it logs "quitting"): a worker
+                    # that stops unasked would leave the queue to the others, so work on as a fresh one.
+                    app.logger.warning("the worker's loop ended unasked; working on as a fresh worker")
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     # RQ quits when Redis vanishes around a job (it cannot record the job's end). The
                     # database holds the state: wait for Redis and work on as a fresh worker.
                     app.logger.warning("lost Redis (%s); working again once it answers", exc)
-                    time.sleep(2)
-                    worker = new_worker()
+                time.sleep(2)
+                worker = new_worker()
         finally:
             stop.set()
