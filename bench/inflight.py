@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 
 from bench.common import percentile
-from bench.runs import new_conversations, plain_engine, rss_bytes, run_conversations, worker_pool
+from bench.runs import new_conversations, plain_engine, rss_bytes, run_conversations, statuses, worker_pool
 
 MB = 1024 * 1024
 ENDED_BADLY = ("failed", "budget_exhausted", "cancelled")
@@ -105,12 +105,7 @@ def measure_inflight(
                     dispatcher.enqueue_move(conversation_id, version)
             deadline = started_mono + timeout
             while True:
-                with engine.connect() as connection:
-                    settled = dict(
-                        connection.execute(
-                            select(Conversation.status, func.count()).where(mine).group_by(Conversation.status)
-                        ).all()
-                    )
+                settled = statuses(engine, mine)
                 done = settled.get("completed", 0)
                 if first_done is None:
                     peak_running = max(peak_running, settled.get("running", 0))

@@ -139,12 +139,7 @@ def run_conversations(app, env: dict, count: int, timeout: float = 1800, workers
                 dispatcher.enqueue_move(conversation_id, version)
         deadline = time.monotonic() + timeout
         while True:
-            with engine.connect() as connection:
-                settled = dict(
-                    connection.execute(
-                        select(Conversation.status, func.count()).where(mine).group_by(Conversation.status)
-                    ).all()
-                )
+            settled = statuses(engine, mine)
             if settled.get("completed", 0) >= count:
                 break
             stuck = {k: v for k, v in settled.items() if k in ("failed", "budget_exhausted", "cancelled")}
@@ -172,6 +167,18 @@ def run_conversations(app, env: dict, count: int, timeout: float = 1800, workers
         "seconds": round(seconds, 2),
         "moves_per_s": round(moves / seconds, 1),
     }
+
+
+def statuses(engine, where) -> dict[str, int]:
+    """How many of the selected conversations are in each status, read on a plain engine."""
+    from webapp.models import Conversation
+
+    with engine.connect() as connection:
+        return dict(
+            connection.execute(
+                select(Conversation.status, func.count()).where(where).group_by(Conversation.status)
+            ).all()
+        )
 
 
 def rss_bytes(pid: int) -> int:
