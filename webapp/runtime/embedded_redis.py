@@ -101,7 +101,10 @@ def _start(instance_path: Path, sock: Path) -> None:
     while not _answers(sock):
         if time.monotonic() > deadline:
             tail = log_file.read_text(errors="replace").splitlines()[-5:] if log_file.exists() else []
-            raise RuntimeError(f"the embedded Redis did not start on {sock}: {' / '.join(tail) or 'no log'}")
+            raise RuntimeError(
+                f"the embedded Redis did not start on {sock} ({' / '.join(tail) or 'no log'}); see "
+                f"{log_file}, or set REDIS_URL to a Redis server"
+            )
         time.sleep(0.02)
 
 
