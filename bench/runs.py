@@ -134,6 +134,7 @@ def run_conversations(app, env: dict, count: int, timeout: float = 1800, workers
     try:
         with app.app_context():
             dispatcher = services().dispatcher
+            cpu_before = CpuUse.now(workers.pids if workers else [])
             started = datetime.now(UTC)
             for conversation_id, version in made:
                 dispatcher.enqueue_move(conversation_id, version)
@@ -150,6 +151,7 @@ def run_conversations(app, env: dict, count: int, timeout: float = 1800, workers
             if workers is not None:
                 workers.check()
             time.sleep(0.1)
+        cpu = CpuUse.now(workers.pids if workers else []) - cpu_before
         with engine.connect() as connection:
             moves, finished = connection.execute(
                 select(func.sum(Conversation.moves_used), func.max(Conversation.updated_at)).where(mine)
@@ -161,12 +163,54 @@ def run_conversations(app, env: dict, count: int, timeout: float = 1800, workers
     if finished.tzinfo is None:
         finished = finished.replace(tzinfo=UTC)
     seconds = (finished - started).total_seconds()
+    total_ms = (cpu.workers + cpu.services) * 1000 / moves
     return {
         "conversations": count,
         "moves": int(moves),
         "seconds": round(seconds, 2),
         "moves_per_s": round(moves / seconds, 1),
+        "worker_cpu_ms_per_move": round(cpu.workers * 1000 / moves, 2),
+        "services_cpu_ms_per_move": round(cpu.services * 1000 / moves, 2),
+        # What the machine's cores could do at that CPU cost per move: the bound on moves/s.
+        "cpu_bound_moves_per_s": round((os.cpu_count() or 1) * 1000 / total_ms, 1),
     }
+
+
+class CpuUse:
+    """CPU seconds used so far (/proc/<pid>/stat) by the worker processes, and by the services they
+    talk to (every postgres and redis-server process): what a move costs in CPU, all told."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+    SERVICES = ("postgres", "redis-server")
+
+    def __init__(self, workers: float, services: float) -> None:
+        self.workers = workers
+        self.services = services
+
+    @classmethod
+    def now(cls, pids: list[int]) -> CpuUse:
+        workers = sum(cls._ticks(pid)[1] for pid in pids)
+        services = 0
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) not in pids:
+                name, ticks = cls._ticks(int(entry))
+                if name in cls.SERVICES:
+                    services += ticks
+        return cls(workers / cls.TICK, services / cls.TICK)
+
+    @staticmethod
+    def _ticks(pid: int) -> tuple[str, int]:
+        """The process's name and its user + system CPU ticks (0 once it is gone)."""
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                text = stat.read()
+        except (FileNotFoundError, ProcessLookupError):
+            return "", 0
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 1 :].split()
+        return name, int(rest[11]) + int(rest[12])
+
+    def __sub__(self, other: CpuUse) -> CpuUse:
+        return CpuUse(self.workers - other.workers, self.services - other.services)
 
 
 def statuses(engine, where) -> dict[str, int]:

@@ -16,7 +16,8 @@ public schema is DROPPED and recreated, so never point it at data you keep):
    (bench/langgraph_agent.py; skipped, saying so, without `pip install -e '.[bench]'`);
 3. throughput: N conversations started at once (three moves each), worked by 1, 2, 4 worker
    subprocesses of each worker class (`python -m bench.worker --class pool|simple|fork|spawn`;
-   pool is the app's own worker with --pool-slots slots per process);
+   pool is the app's own worker with --pool-slots slots per process), with the CPU a move costs in
+   the workers and in PostgreSQL and Redis, and the moves/s the machine's cores allow at that cost;
 4. inflight: N conversations at once against a model taking L s per reply, on P pool workers of C
    slots: time to finish in replies, the wait before the model sees a question, memory per
    conversation in flight (bench/inflight.py);
@@ -373,7 +374,11 @@ def tables(report: dict) -> list[Table]:
                 "worker class",
                 "workers",
                 "conversations",
-                *(f"{b} {c}" for b in labels for c in ("moves/s", "vs 1 worker", "vs SimpleWorker")),
+                *(
+                    f"{b} {c}"
+                    for b in labels
+                    for c in ("moves/s", "vs 1 worker", "vs SimpleWorker", "CPU ms/move", "CPU bound moves/s")
+                ),
                 *(["PG / SQLite"] if both else []),
             ],
             labels=2,
@@ -385,12 +390,21 @@ def tables(report: dict) -> list[Table]:
                 mine = next(r for r in rows if r["class"] == row["class"] and r["workers"] == row["workers"])
                 one = next((r for r in rows if r["class"] == row["class"] and r["workers"] == 1), None)
                 simple = next((r for r in rows if r["class"] == "simple" and r["workers"] == row["workers"]), None)
-                cells.append((mine["moves_per_s"], one and one["moves_per_s"], simple and simple["moves_per_s"]))
+                cpu = mine.get("worker_cpu_ms_per_move", 0) + mine.get("services_cpu_ms_per_move", 0)
+                cells.append(
+                    (
+                        mine["moves_per_s"],
+                        one and one["moves_per_s"],
+                        simple and simple["moves_per_s"],
+                        round(cpu, 2),
+                        mine.get("cpu_bound_moves_per_s"),
+                    )
+                )
             table.add(
                 class_label(row["class"], row.get("slots")),
                 row["workers"],
                 row["conversations"],
-                *(x for c in cells for x in (c[0], ratio(c[0], c[1]), ratio(c[0], c[2]))),
+                *(x for c in cells for x in (c[0], ratio(c[0], c[1]), ratio(c[0], c[2]), c[3], c[4])),
                 *pg_over_sqlite([c[0] for c in cells]),
             )
         out.append(table)

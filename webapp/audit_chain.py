@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
-from sqlalchemy import event, func, insert, inspect, select, update
+from sqlalchemy import bindparam, event, func, insert, inspect, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, SessionTransaction, scoped_session
 
@@ -43,6 +43,13 @@ _QUEUE = "audit.queue"  # key in session.info
 _EVENTS = AuditEvent.__table__
 _HEADS = AuditHead.__table__
 _UPSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+# Built once (every commit with events runs them): see the statements at the top of agent/loop.py.
+_LOCK_HEAD = select(_HEADS.c.seq, _HEADS.c.hash).where(_HEADS.c.chain == bindparam("head_chain")).with_for_update()
+_MOVE_HEAD = (
+    update(_HEADS)
+    .where(_HEADS.c.chain == bindparam("head_chain"))
+    .values(seq=bindparam("head_seq"), hash=bindparam("head_hash"))
+)
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -131,7 +138,7 @@ def _write_queued(session: Session) -> None:
             row.update(seq=seq, prev_hash=prev_hash)
             row["hash"] = prev_hash = event_hash(row)
         session.execute(insert(_EVENTS), rows)
-        session.execute(update(_HEADS).where(_HEADS.c.chain == chain).values(seq=seq, hash=prev_hash))
+        session.execute(_MOVE_HEAD, {"head_chain": chain, "head_seq": seq, "head_hash": prev_hash})
     # Cleared only once written: a commit that failed above and is retried must not lose its events.
     queue.clear()
 
@@ -139,15 +146,14 @@ def _write_queued(session: Session) -> None:
 def _lock_head(session: Session, chain: str) -> tuple[int, str]:
     """The chain's head (seq, hash), locked until commit. SQLite ignores FOR UPDATE, but there every
     transaction is BEGIN IMMEDIATE, so a writer already holds the database's write lock."""
-    locked = select(_HEADS.c.seq, _HEADS.c.hash).where(_HEADS.c.chain == chain).with_for_update()
-    head = session.execute(locked).first()
+    head = session.execute(_LOCK_HEAD, {"head_chain": chain}).first()
     if head is None:
         # Of two first writers of a chain, the second waits on the first's row, then finds it.
         upsert = _UPSERT[session.get_bind(AuditHead).dialect.name]
         session.execute(
             upsert(_HEADS).values(chain=chain, seq=0, hash=GENESIS).on_conflict_do_nothing(index_elements=["chain"])
         )
-        head = session.execute(locked).one()
+        head = session.execute(_LOCK_HEAD, {"head_chain": chain}).one()
     return head.seq, head.hash
 
 

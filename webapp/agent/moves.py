@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, inspect, or_, select, tuple_, update
+from sqlalchemy import bindparam, func, inspect, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -33,6 +33,25 @@ _COLUMNS = frozenset(column.key for column in inspect(Conversation).column_attrs
 WAITING_CALLS = (CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_TASK)
 AWAITING = (ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TASK)
 PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
+
+
+# The claim every move starts with, built once (see the statements at the top of loop.py).
+_CLAIM = (
+    update(Conversation)
+    .where(
+        Conversation.id == bindparam("claim_id"),
+        Conversation.version == bindparam("claim_version"),
+        Conversation.status.in_(MOVING),
+        or_(Conversation.lease_expires_at.is_(None), Conversation.lease_expires_at < bindparam("claim_now")),
+    )
+    .values(
+        lease_owner=bindparam("claim_owner"),
+        lease_expires_at=bindparam("claim_until"),
+        status=ConversationStatus.RUNNING,
+    )
+    .returning(Conversation)
+    .execution_options(populate_existing=True)
+)
 
 
 class TransientMoveError(Exception):
@@ -68,17 +87,16 @@ def advance(
 ) -> MoveResult:
     """Make one move of the conversation if this job may; see the module docstring."""
     lease = timedelta(seconds=lease_seconds)
+    now = utcnow()
     conversation = session.scalars(
-        update(Conversation)
-        .where(
-            Conversation.id == conversation_id,
-            Conversation.version == version,
-            Conversation.status.in_(MOVING),
-            or_(Conversation.lease_expires_at.is_(None), Conversation.lease_expires_at < utcnow()),
-        )
-        .values(lease_owner=owner, lease_expires_at=utcnow() + lease, status=ConversationStatus.RUNNING)
-        .returning(Conversation)
-        .execution_options(populate_existing=True)
+        _CLAIM,
+        {
+            "claim_id": conversation_id,
+            "claim_version": version,
+            "claim_now": now,
+            "claim_owner": owner,
+            "claim_until": now + lease,
+        },
     ).one_or_none()
     if conversation is None:
         session.rollback()

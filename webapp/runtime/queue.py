@@ -52,6 +52,11 @@ def move_job_id(conversation_id: int, version: int, recovery: int = 0) -> str:
     return f"{base}-r{recovery}" if recovery else base
 
 
+def _partial_key(conversation_id: int) -> str:
+    """Where the answer streaming now is kept, so a page opened mid-answer shows it so far."""
+    return f"desk:partial:{conversation_id}"
+
+
 class Dispatcher:
     """Enqueues moves and publishes live events for one app."""
 
@@ -142,43 +147,38 @@ class Dispatcher:
 
     def publish(self, conversation_id: int, event: dict) -> None:
         """Best effort: a page that misses an event catches up from the database."""
+        pipe = self.redis.pipeline(transaction=False)
         if event.get("type") == "text":  # so a page opened mid-answer can show the answer so far
-            try:
-                key = f"desk:partial:{conversation_id}"
-                self.redis.pipeline().append(key, event["text"]).expire(key, 600).execute()
-            except (redis.RedisError, OSError):
-                pass
-        self._publish(self.conversation_channel(conversation_id), event)
+            key = _partial_key(conversation_id)
+            pipe.append(key, event["text"]).expire(key, 600)
+        self._publish(pipe.publish(self.conversation_channel(conversation_id), json.dumps(event)))
 
     def partial_answer(self, conversation_id: int) -> str:
         """The text streamed so far by the move in flight ("" when none or Redis is away)."""
         try:
-            value = self.redis.get(f"desk:partial:{conversation_id}")
+            value = self.redis.get(_partial_key(conversation_id))
         except (redis.RedisError, OSError):
             return ""
         return value.decode("utf-8", errors="replace") if value else ""
-
-    def publish_tenant(self, tenant_id: int, event: dict) -> None:
-        self._publish(self.tenant_channel(tenant_id), event)
 
     def changed(self, tenant_id: int, conversation_id: int | None = None, move_done: bool = False) -> None:
         """Signal, after a commit, that a conversation or the tenant's approvals changed. Only the
         worker that finished a move says move_done: the answer it streamed is now in the database
         (a web request saying so could race a worker that already started the next answer)."""
+        pipe = self.redis.pipeline(transaction=False)  # one round trip for all of it
         if conversation_id is not None:
             if move_done:
-                try:
-                    self.redis.delete(f"desk:partial:{conversation_id}")
-                except (redis.RedisError, OSError):
-                    pass
-            self.publish(conversation_id, {"type": "changed"})
-        self.publish_tenant(tenant_id, {"type": "approvals-changed"})
+                pipe.delete(_partial_key(conversation_id))
+            pipe.publish(self.conversation_channel(conversation_id), json.dumps({"type": "changed"}))
+        self._publish(pipe.publish(self.tenant_channel(tenant_id), json.dumps({"type": "approvals-changed"})))
 
-    def _publish(self, channel: str, event: dict) -> None:
+    @staticmethod
+    def _publish(pipe) -> None:
+        """Send a pipeline of publishes (and the partial answer's upkeep): best effort."""
         try:
-            self.redis.publish(channel, json.dumps(event))
+            pipe.execute()
         except (redis.RedisError, OSError) as exc:
-            log.warning("could not publish to %s: %s", channel, exc)
+            log.warning("could not publish live events: %s", exc)
 
     # --- tasks: waking a parked conversation when a task is due, and tools' background jobs -------
 

@@ -36,6 +36,7 @@ from webapp.runtime.services import services
 from webapp.runtime.work import process_owner
 
 log = logging.getLogger(__name__)
+HEARTBEAT_EVERY = 5.0  # seconds; RQ's worker key lives for its worker_ttl (minutes)
 
 
 class PoolWorker(SimpleWorker):
@@ -55,6 +56,7 @@ class PoolWorker(SimpleWorker):
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._listening = False
+        self._beat = 0.0  # when the worker's own loop last heartbeat (time.monotonic())
 
     def serialize(self) -> dict:
         """RQ's worker record in Redis, with the number of slots (the ops page and /metrics read it)."""
@@ -113,7 +115,24 @@ class PoolWorker(SimpleWorker):
         # RQ says "idle" whenever it listens for a job; with slots still working the worker is busy.
         if state == WorkerStatus.IDLE and self._busy:
             state = WorkerStatus.BUSY
+        if state == self._state and pipeline is None:
+            return  # RQ sets the state before every dequeue: a write only when it changes
         super().set_state(state, pipeline=pipeline)
+
+    def heartbeat(self, timeout=None, pipeline=None) -> None:
+        """RQ heartbeats the worker before every dequeue and after every job, three Redis round trips
+        each time for a key that lives for minutes: with many slots, a good part of every move's
+        cost. The worker's own loop heartbeats at most every HEARTBEAT_EVERY seconds, in one round
+        trip; the heartbeats RQ sends inside its own pipelines (a job starting) go as they are."""
+        if timeout is not None or pipeline is not None:
+            super().heartbeat(timeout, pipeline)
+            return
+        if time.monotonic() - self._beat < HEARTBEAT_EVERY:
+            return
+        beat = self.connection.pipeline(transaction=False)
+        super().heartbeat(pipeline=beat)
+        beat.execute()
+        self._beat = time.monotonic()
 
     def _set_state_quietly(self, state: str) -> None:
         try:
