@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
 RUNTIME_TABLES = [
     "model_calls",
+    "summaries",
     "decisions",
     "tool_policies",
     "tool_calls",

@@ -27,8 +27,17 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from webapp.llm import demo_model
-from webapp.llm.wire import ERROR_TYPES, Responder, api_error, read_request, request_id, sse_event, sse_events
+from webapp.llm import demo_context, demo_model
+from webapp.llm.wire import (
+    ERROR_TYPES,
+    Responder,
+    api_error,
+    demo_reply,
+    read_request,
+    request_id,
+    sse_event,
+    sse_events,
+)
 
 Gate = threading.Event | float
 
@@ -116,9 +125,14 @@ class Rejected(NamedTuple):
 class ModelServer:
     """The Messages API on a local port, in a daemon thread; records every request it gets."""
 
-    def __init__(self, responder: Responder = demo_model.respond, chunk_delay: float = 0.0) -> None:
+    def __init__(
+        self, responder: Responder = demo_model.respond, chunk_delay: float = 0.0, context_tokens: int = 200_000
+    ) -> None:
         self.responder = responder
         self.chunk_delay = chunk_delay
+        self.context_tokens = context_tokens  # longer requests are refused as the API does ("prompt is too long")
+        self.cache = demo_context.PromptCache()
+        self.counted: list[dict] = []  # the bodies of POST /v1/messages/count_tokens
         self.requests: list[dict | None] = []
         self.invalid_requests: list[Rejected] = []
         self._script: list[tuple[str | None, Step]] = []
@@ -205,12 +219,23 @@ class ModelServer:
             http.send_bytes(200, garbage, {**headers, "content-type": _content_type(stream)})
         elif body is None or (problems and step.message is None):
             http.send_json(400, api_error(400, "; ".join(problems)), headers)
+        elif step.message is None and (refusal := demo_context.too_long(body, self.context_tokens)):
+            http.send_json(400, api_error(400, refusal), headers)
         else:
-            message = step.message or self.responder(body)
+            message = step.message or demo_reply(body, self.responder, self.cache)
             if stream:
                 self._stream(http, message, step, headers)
             else:
                 http.send_json(200, message, headers, cut=step.cut_after is not None)
+
+    def _count(self, http: _Handler, raw: bytes) -> None:
+        body, problems = read_request(raw, counting=True)
+        if problems:
+            http.send_json(400, api_error(400, "; ".join(problems)), {})
+            return
+        with self._lock:
+            self.counted.append(body)
+        http.send_json(200, {"input_tokens": demo_context.count(body)}, {"request-id": request_id(raw)})
 
     def _stream(self, http: _Handler, message: dict, step: Step, headers: dict[str, str]) -> None:
         events = list(sse_events(message))
@@ -263,10 +288,14 @@ class _Handler(BaseHTTPRequestHandler):
             # never received a request, so there is nothing to answer or judge.
             self.close_connection = True
             return
-        if self.path.split("?")[0] != "/v1/messages":
+        path = self.path.split("?")[0]
+        if path not in ("/v1/messages", "/v1/messages/count_tokens"):
             self.send_json(404, api_error(404, f"Not found: {self.path}"), {})
             return
         try:
+            if path.endswith("count_tokens"):
+                self.server.model_server._count(self, raw)
+                return
             self.server.model_server._answer(self, raw)
         except ConnectionError:
             self.close_connection = True

@@ -219,6 +219,19 @@ class Config(_LogSettings):
     anthropic_base_url: str | None = _text("ANTHROPIC_BASE_URL")
     model: str = _text("ANTHROPIC_MODEL", "claude-sonnet-5")
     max_tokens: int = _whole_number("MAX_TOKENS", 1024, minimum=1)
+    # the model's context window in tokens; a request near it summarises older turns first
+    context_window_tokens: int = _whole_number("CONTEXT_WINDOW_TOKENS", 200_000, minimum=2_000)
+    # share of the window (less MAX_TOKENS) past which older turns are summarised
+    compact_at: float = Field(
+        0.7,
+        gt=0.1,
+        le=1.0,
+        validation_alias="COMPACT_AT",
+        description="a share above 0.1 and at most 1",
+        examples=["0.7"],
+    )
+    # the offline demo model's own context window: it refuses longer requests as the API does
+    demo_model_context_tokens: int = _whole_number("DEMO_MODEL_CONTEXT_TOKENS", 200_000, minimum=1_000)
     # the offline demo model's pace: each reply takes this long, streamed (0: at once)
     demo_model_reply_seconds: float = _number_of("seconds", "DEMO_MODEL_REPLY_SECONDS", 0.0, minimum=0.0)
     model_timeout_seconds: float = _number_of("seconds", "MODEL_TIMEOUT_SECONDS", 60.0, minimum=0.1)
@@ -272,6 +285,15 @@ class Config(_LogSettings):
             "DATABASE_URL": values.get("DATABASE_URL") or f"sqlite:///{instance_path / 'app.db'}",
             "EXPORT_DIR": Path(export_dir).resolve() if export_dir else instance_path / "exports",
         }
+
+    @model_validator(mode="after")
+    def _room_for_a_reply(self) -> Self:
+        if self.max_tokens * 2 > self.context_window_tokens:
+            raise ValueError(
+                f"MAX_TOKENS ({self.max_tokens:,}) must be at most half of CONTEXT_WINDOW_TOKENS "
+                f"({self.context_window_tokens:,}): the rest of the window holds the conversation"
+            )
+        return self
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, instance_path: Path | None = None) -> Self:

@@ -179,6 +179,21 @@ class Message(Base):
     __table_args__ = (UniqueConstraint("conversation_id", "seq", name="uq_messages_conversation_seq"),)
 
 
+class Summary(Base):
+    """The older turns of a conversation summarised by the model, so that what is sent stays inside
+    the context window: the model is sent the newest summary, then the messages after `through_seq`.
+    The messages it summarises stay as they were (rows are append-only)."""
+
+    __tablename__ = "summaries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id"), index=True)
+    through_seq: Mapped[int] = mapped_column(Integer)  # the last message it covers
+    text: Mapped[str] = mapped_column(Text)
+    tokens_before: Mapped[int] = mapped_column(Integer)  # the request's size that called for it
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class ToolCall(Base):
     """One row per tool_use block the model emitted; it carries the call's state and its result."""
 
@@ -246,6 +261,12 @@ class ModelCall(Base):
     cache_creation_input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[float] = mapped_column(default=0.0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # what the model saw: "answer" (a move of the conversation) or "summary" (compacting it), the
+    # sha256 of the system prompt and of the tool definitions sent, and the summary it stood on
+    purpose: Mapped[str] = mapped_column(String(16), default="answer")
+    system_hash: Mapped[str | None] = mapped_column(String(64))
+    tools_hash: Mapped[str | None] = mapped_column(String(64))
+    summary_id: Mapped[int | None] = mapped_column(ForeignKey("summaries.id"))
 
 
 class ToolPolicy(Base):

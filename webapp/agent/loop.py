@@ -7,6 +7,8 @@ after). Nothing here knows about Flask or RQ.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,13 +19,14 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session, joinedload
 
 from webapp import audit_chain
-from webapp.agent import wording
+from webapp.agent import context, wording
+from webapp.agent.context import Window
 from webapp.agent.policies import policy_for
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
-from webapp.agent.transcript import api_messages, tool_uses
-from webapp.llm.client import ModelClient, ModelReply
+from webapp.agent.transcript import tool_uses
+from webapp.llm.client import ModelClient, ModelError, ModelReply
 from webapp.logs import bind
-from webapp.models import Conversation, Decision, Message, ModelCall, ToolCall, User, utcnow
+from webapp.models import Conversation, Decision, Message, ModelCall, Summary, ToolCall, User, utcnow
 from webapp.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from webapp.tools.tasks import INPUT_REQUIRED, WORKING, Task, TaskError
 
@@ -35,9 +38,12 @@ _UNREAD = object()
 # The statements every move runs, built once: a statement object caches its own compiled form's
 # key, so each move skips building the expression and its cache key (a tenth of a move's CPU).
 _TRANSCRIPT = (
-    select(Message.role, Message.content)
-    .where(Message.conversation_id == bindparam("conversation_id"))
+    select(Message.seq, Message.role, Message.content)
+    .where(Message.conversation_id == bindparam("conversation_id"), Message.seq > bindparam("after"))
     .order_by(Message.seq)
+)
+_SUMMARY = (
+    select(Summary).where(Summary.conversation_id == bindparam("conversation_id")).order_by(Summary.id.desc()).limit(1)
 )
 _LAST_ROW = (
     select(Message).where(Message.conversation_id == bindparam("conversation_id")).order_by(Message.seq.desc()).limit(1)
@@ -62,6 +68,7 @@ class _NoEvents:
 @dataclass(frozen=True)
 class LoopSettings:
     tool_output_limit: int = 8000
+    window: Window | None = None  # None: every request is sent whole, whatever its size
 
 
 @dataclass
@@ -72,7 +79,12 @@ class Move:
     call: ToolCall | None = None
     waiting_on: str | None = None  # for wait: awaiting_approval | awaiting_task
     waiting_count: int = 0
-    request: dict | None = None  # for generate: prepared in begin(), so the model call reads nothing
+    # for generate, read in begin() so the model call reads nothing: the request, the rows it was
+    # built from (after the summary it stands on), and whether it summarised older turns instead
+    request: dict | None = None
+    rows: list | None = None
+    summary: Summary | None = None
+    summarised: bool = False
 
     @property
     def parks(self) -> bool:
@@ -107,14 +119,21 @@ class Loop:
         # the lease (or a web request that won the status compare-and-set) appends.
         self._last: Message | None | object = _UNREAD
         self._round: list[ToolCall] | None = None
+        self._summary: Summary | None | object = _UNREAD
         self._sqlite = session.get_bind().dialect.name == "sqlite"
 
     # --- reading the state ---------------------------------------------------------------------
 
-    def rows(self) -> list:
-        """The transcript's rows, oldest first: each with its `role` and `content` (plain rows, not
-        ORM objects: a long conversation is read on every model move)."""
-        return list(self.session.execute(_TRANSCRIPT, {"conversation_id": self.conversation.id}))
+    def rows(self, after: int = 0) -> list:
+        """The transcript's rows after seq `after`, oldest first: each with its `seq`, `role` and
+        `content` (plain rows, not ORM objects: the transcript is read on every model move)."""
+        return list(self.session.execute(_TRANSCRIPT, {"conversation_id": self.conversation.id, "after": after}))
+
+    def summary(self) -> Summary | None:
+        """The newest summary of the conversation's older turns, if it has one."""
+        if self._summary is _UNREAD:
+            self._summary = self.session.scalar(_SUMMARY, {"conversation_id": self.conversation.id})
+        return self._summary
 
     def last_row(self) -> Message | None:
         if self._last is _UNREAD:
@@ -195,8 +214,13 @@ class Loop:
         c.stop_reason = None
         return message
 
-    def build_request(self) -> dict:
-        """The next model request: system prompt and tools (both cache breakpoints) and the transcript."""
+    def build_request(self, rows: list | None = None) -> dict:
+        """The next model request: the system prompt and the tools (both cache breakpoints), then the
+        transcript: the newest summary and the rows after it, with a cache breakpoint on its newest
+        block so that the next move reads all of this one's prefix from the prompt cache."""
+        summary = self.summary()
+        if rows is None:
+            rows = self.rows(after=summary.through_seq if summary else 0)
         user = self.session.scalars(
             select(User).options(joinedload(User.tenant)).where(User.id == self.conversation.user_id)
         ).one()
@@ -207,7 +231,9 @@ class Loop:
                 "cache_control": {"type": "ephemeral"},
             }
         ]
-        return {"system": system, "tools": self.tools.definitions(), "messages": api_messages(self.rows())}
+        messages = context.with_summary(summary.text if summary else None, rows)
+        _mark_cache_breakpoint(messages)
+        return {"system": system, "tools": self.tools.definitions(), "messages": messages}
 
     def generate(self, request: dict | None = None) -> ModelReply:
         """One model call: appends the assistant message and one tool-call row per tool_use block.
@@ -216,15 +242,17 @@ class Loop:
         until the reply is in (the mover does, so no transaction stays open during the call)."""
         c = self.conversation
         deltas = _DeltaBuffer(self.events, c.id)
+        request = request or self.build_request()
         reply = self.model.generate(
-            **(request or self.build_request()),
+            **request,
             on_text=deltas.add,
             on_tool_start=lambda name: deltas.publish({"type": "tool_start", "name": name}),
             should_stop=self.should_stop,
         )
         deltas.flush()
         self.hold()
-        self._record_usage(reply)
+        summary = self.summary()
+        self._record_usage(reply, request, summary_id=summary.id if summary else None)
         content = reply.content
         if reply.stop_reason == "cancelled":
             if content:
@@ -354,7 +382,10 @@ class Loop:
         if move.kind == "run_tool":
             self.claim_call(move.call)
         elif move.kind == "generate":
-            move.request = self.build_request()
+            summary = self.summary()
+            move.summary = summary
+            move.rows = self.rows(after=summary.through_seq if summary else 0)
+            move.request = self.build_request(move.rows)
 
     def perform(self, move: Move) -> None:
         """Do the move's work; the conversation's status says where it leaves things."""
@@ -389,7 +420,10 @@ class Loop:
             self.resume_task(move.call)
             c.status = ConversationStatus.QUEUED
         elif move.kind == "generate":
-            reply = self.generate(move.request)
+            reply = self.answer(move)
+            if reply is None:  # older turns summarised instead (the status says what comes next)
+                c.updated_at = utcnow()
+                return
             c.moves_used += 1
             if reply.stop_reason == "cancelled":
                 self.honour_cancel()
@@ -398,6 +432,76 @@ class Loop:
             else:  # tool_use runs tools next; pause_turn generates again
                 c.status = ConversationStatus.QUEUED
         c.updated_at = utcnow()
+
+    def answer(self, move: Move) -> ModelReply | None:
+        """A generate move's model call, after weighing its request against the context window: past
+        the threshold (or refused as too long by the endpoint) the move summarises older turns
+        instead and returns None; see webapp/agent/context.py."""
+        window = self.settings.window
+        if window is not None:
+            size = context.measure(move.request, window, self.model.count_tokens)
+            if size > window.threshold and context.cut_point(move.rows, window) is not None:
+                return self.summarise(move, size)
+            if size > window.room:
+                move.request = self._cleared(move.request, window, size)
+        try:
+            return self.generate(move.request)
+        except ModelError as error:
+            if error.code != "too_long" or window is None or context.cut_point(move.rows, window) is None:
+                if error.code == "too_long":
+                    raise _too_long(context.estimate(move.request), window) from error
+                raise
+            return self.summarise(move, context.estimate(move.request))
+
+    def summarise(self, move: Move, size: int) -> None:
+        """Summarise the turns before the cut point (after the previous summary) into a new Summary row:
+        a model call of its own, counted and audited like any other."""
+        window = self.settings.window
+        older = move.rows[: context.cut_point(move.rows, window)]
+        previous = move.summary
+        request, covered = context.summary_request(previous.text if previous else None, older, window)
+        reply = self.model.generate(**request, should_stop=self.should_stop)
+        self.hold()
+        self._record_usage(reply, request, purpose="summary", summary_id=previous.id if previous else None)
+        self._count(reply)
+        if reply.stop_reason == "cancelled":
+            self.honour_cancel()
+            return None
+        self.conversation.status = ConversationStatus.QUEUED  # the next move answers, from the summary
+        text = "\n".join(block["text"] for block in reply.content if block["type"] == "text").strip()
+        if not text:
+            raise ModelError(
+                "bad_response", "The model returned an empty summary of the earlier turns.", transient=True
+            )
+        summary = Summary(
+            conversation_id=self.conversation.id, through_seq=older[covered - 1].seq, text=text, tokens_before=size
+        )
+        self.session.add(summary)
+        self.session.flush()
+        self._summary = summary
+        self._audit(
+            "conversation_compacted",
+            outcome="summarised",
+            data={
+                "summary_id": summary.id,
+                "through_seq": summary.through_seq,
+                "rows_summarised": covered,
+                "tokens_before": size,
+                "window_tokens": window.tokens,
+                "summary_chars": len(text),
+            },
+        )
+        return None
+
+    def _cleared(self, request: dict, window: Window, size: int) -> dict:
+        """The request with old tool results cleared until it fits, or the failure that says what to do."""
+        trimmed = context.clear_old_results(
+            request, window, lambda r: context.measure(r, window, self.model.count_tokens)
+        )
+        if trimmed is None:
+            raise _too_long(size, window)
+        self._audit("context_trimmed", outcome="cleared", data={"tokens_before": size, "window_tokens": window.tokens})
+        return trimmed
 
     def complete(self, max_moves: int = 1000) -> ConversationStatus:
         """step() until complete, paused, cancelled or out of budget, committing after each move."""
@@ -569,9 +673,19 @@ class Loop:
         call.is_error = is_error
         call.finished_at = utcnow()
 
-    def _record_usage(self, reply: ModelReply) -> None:
+    def _record_usage(
+        self, reply: ModelReply, request: dict, purpose: str = "answer", summary_id: int | None = None
+    ) -> None:
+        """The call's ModelCall row and audit event: its usage, and what it was sent (the hashes of its
+        system prompt and tool definitions, the summary it stood on)."""
         c = self.conversation
         usage = reply.usage
+        sent = {
+            "purpose": purpose,
+            "system_hash": _digest(request.get("system")),
+            "tools_hash": _digest(request.get("tools") or []),
+            "summary_id": summary_id,
+        }
         self.session.add(
             ModelCall(
                 conversation_id=c.id,
@@ -580,6 +694,7 @@ class Loop:
                 request_id=reply.request_id,
                 stop_reason=reply.stop_reason,
                 latency_ms=reply.latency_ms,
+                **sent,
                 **usage,
             )
         )
@@ -590,6 +705,7 @@ class Loop:
                 "model": reply.model,
                 "latency_ms": round(reply.latency_ms, 1),
                 "request_id": reply.request_id,
+                **sent,
                 **usage,
             },
         )
@@ -643,6 +759,33 @@ class _DeltaBuffer:
             self.events.publish(self.conversation_id, {"type": "text", "text": "".join(self.pending)})
             self.pending = []
         self.last = time.monotonic()
+
+
+def _mark_cache_breakpoint(messages: list[dict]) -> None:
+    """Mark the newest block as a prompt-cache breakpoint (the third of the API's four, after the
+    system prompt and the tools): the next request starts with this one whole, so it reads it from
+    the cache."""
+    if not messages or not messages[-1]["content"]:
+        return
+    block = messages[-1]["content"][-1]
+    if block.get("type") == "text" and not block.get("text", "").strip():
+        return  # the API refuses a breakpoint on an empty text block
+    messages[-1]["content"][-1] = {**block, "cache_control": {"type": "ephemeral"}}
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _too_long(size: int, window: Window | None) -> ModelError:
+    where = f" (about {size:,} tokens; the window is {window.tokens:,})" if window else ""
+    return ModelError(
+        "too_long",
+        "The conversation no longer fits the model's context window, even with its older turns summarised and "
+        f"old tool results cleared{where}. Start a new conversation for the next question, or raise "
+        "CONTEXT_WINDOW_TOKENS if the model allows a larger window.",
+        transient=False,
+    )
 
 
 def task_due(call: ToolCall, now) -> bool:

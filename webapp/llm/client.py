@@ -54,12 +54,22 @@ class ModelClient:
         self.model = model
         self.max_tokens = max_tokens
 
+    def count_tokens(self, request: dict) -> int | None:
+        """The request's input tokens as the endpoint counts them (`messages.count_tokens`); None when
+        the endpoint cannot count (not every Anthropic-compatible one can), so the caller estimates."""
+        try:
+            counted = self.client.messages.count_tokens(model=self.model, **_without_empty_tools(request))
+        except (anthropic.APIError, httpx2.HTTPError, ValueError) as exc:
+            log.info("could not count the request's tokens (%s); estimating instead", exc)
+            return None
+        return counted.input_tokens
+
     def generate(
         self,
         *,
         system: list[dict],
-        tools: list[dict],
         messages: list[dict],
+        tools: list[dict] | None = None,
         on_text: Callable[[str], None] | None = None,
         on_tool_start: Callable[[str], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
@@ -73,9 +83,7 @@ class ModelClient:
             with self.client.messages.stream(
                 model=self.model,
                 max_tokens=self.max_tokens,
-                system=system,
-                tools=tools,
-                messages=messages,
+                **_without_empty_tools({"system": system, "tools": tools, "messages": messages}),
             ) as stream:
                 watcher = _Watcher(stream, should_stop, stopped) if should_stop else None
                 try:
@@ -117,6 +125,11 @@ class ModelClient:
             request_id,
             _ms(started),
         )
+
+
+def _without_empty_tools(request: dict) -> dict:
+    """The request's system, tools and messages, leaving tools out when there are none (a summary)."""
+    return {key: value for key, value in request.items() if key != "tools" or value}
 
 
 TRANSIENT_ERROR_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
@@ -192,6 +205,8 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
             transient=False,
         )
     detail = _error_detail(exc)
+    if status in (400, 413) and "too long" in detail.lower():
+        return ModelError("too_long", f"The request is too long for the model: {detail}", transient=False)
     return ModelError("request_rejected", f"The model service rejected the request: {detail}", transient=False)
 
 
@@ -239,6 +254,7 @@ def model_client(config: Config, transport: httpx2.BaseTransport | None = None) 
         config.model_timeout_seconds,
         config.model_max_retries,
         config.demo_model_reply_seconds,
+        config.demo_model_context_tokens,
         id(transport),
     )
     if key not in _clients:
@@ -260,7 +276,10 @@ def model_client(config: Config, transport: httpx2.BaseTransport | None = None) 
                 api_key="offline-demo",
                 base_url="http://demo-model.invalid",
                 http_client=httpx2.Client(
-                    transport=transport or DemoTransport(reply_seconds=config.demo_model_reply_seconds)
+                    transport=transport
+                    or DemoTransport(
+                        reply_seconds=config.demo_model_reply_seconds, context_tokens=config.demo_model_context_tokens
+                    )
                 ),
                 **options,
             )

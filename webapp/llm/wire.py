@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx2
 
-from webapp.llm import demo_model
+from webapp.llm import demo_context, demo_model
 
 Responder = Callable[[dict], dict]
 
@@ -255,15 +255,16 @@ def api_error(status: int, message: str, error_type: str | None = None) -> dict:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def read_request(raw: bytes) -> tuple[dict | None, list[str]]:
-    """Decode a request body and list its problems; the body is None when it is not a JSON object."""
+def read_request(raw: bytes, counting: bool = False) -> tuple[dict | None, list[str]]:
+    """Decode a request body and list its problems; the body is None when it is not a JSON object.
+    `counting`: a count_tokens body, which has no max_tokens."""
     try:
         body = json.loads(raw or b"null")
     except ValueError as exc:
         return None, [f"request body is not valid JSON: {exc}"]
     if not isinstance(body, dict):
         return None, ["request body must be a JSON object"]
-    return body, validate_request(body)
+    return body, validate_request({"max_tokens": 1, **body} if counting else body)
 
 
 def request_id(raw: bytes) -> str:
@@ -353,27 +354,43 @@ def _json_pieces(text: str, pieces: int = 4) -> list[str]:
 
 
 class DemoTransport(httpx2.BaseTransport):
-    """An httpx2 transport that answers POST /v1/messages offline, as the real API would."""
+    """An httpx2 transport that answers POST /v1/messages (and /v1/messages/count_tokens) offline, as
+    the real API would, with a context window and a prompt cache of its own."""
 
     def __init__(
-        self, responder: Responder = demo_model.respond, chunk_delay: float = 0.0, reply_seconds: float = 0.0
+        self,
+        responder: Responder = demo_model.respond,
+        chunk_delay: float = 0.0,
+        reply_seconds: float = 0.0,
+        context_tokens: int = 200_000,
     ) -> None:
         """`chunk_delay` pauses between streamed events; `reply_seconds` makes each reply take that
         long in all (a JSON reply waits it out, a stream spreads it over its events), as a real
-        model's pace."""
+        model's pace; `context_tokens` is the window past which a request is refused as too long."""
         self.responder = responder
         self.chunk_delay = chunk_delay
         self.reply_seconds = reply_seconds
+        self.context_tokens = context_tokens
+        self.cache = demo_context.PromptCache()
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         raw = request.read()
         headers = {"request-id": request_id(raw)}
-        if request.method != "POST" or not request.url.path.endswith("/v1/messages"):
-            return httpx2.Response(404, json=api_error(404, f"Not found: {request.url.path}"), headers=headers)
+        path = request.url.path
+        if request.method == "POST" and path.endswith("/v1/messages/count_tokens"):
+            body, problems = read_request(raw, counting=True)
+            if problems:
+                return httpx2.Response(400, json=api_error(400, "; ".join(problems)), headers=headers)
+            return httpx2.Response(200, json={"input_tokens": demo_context.count(body)}, headers=headers)
+        if request.method != "POST" or not path.endswith("/v1/messages"):
+            return httpx2.Response(404, json=api_error(404, f"Not found: {path}"), headers=headers)
         body, problems = read_request(raw)
         if problems:
             return httpx2.Response(400, json=api_error(400, "; ".join(problems)), headers=headers)
-        message = self.responder(body)
+        refusal = demo_context.too_long(body, self.context_tokens)
+        if refusal:
+            return httpx2.Response(400, json=api_error(400, refusal), headers=headers)
+        message = demo_reply(body, self.responder, self.cache)
         if not body.get("stream"):
             time.sleep(self.reply_seconds)
             return httpx2.Response(200, json=message, headers=headers)
@@ -388,6 +405,27 @@ class DemoTransport(httpx2.BaseTransport):
             },
             stream=_EventStream(events, delay),
         )
+
+
+def demo_reply(body: dict, responder: Responder, cache: demo_context.PromptCache) -> dict:
+    """The demo endpoint's reply to a valid request: a summary for a summary request, else the
+    responder's answer; its usage as the prompt cache splits it."""
+    if demo_context.is_summary_request(body):
+        content = [{"type": "text", "text": demo_context.summarise(body)}]
+        message = {
+            "id": "msg_demo_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24],
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "demo"),
+            "content": content,
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+        }
+        output = len(content[0]["text"]) // 4
+    else:
+        message = responder(body)
+        output = (message.get("usage") or {}).get("output_tokens") or len(json.dumps(message["content"])) // 4
+    return {**message, "usage": cache.usage(body, output)}
 
 
 class _EventStream(httpx2.SyncByteStream):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from flask import current_app
 from sqlalchemy.orm import Session
 
+from webapp.agent.context import Window
 from webapp.agent.loop import Loop, LoopSettings
 from webapp.config import Config
 from webapp.llm.client import model_client
@@ -28,7 +29,12 @@ class Services:
             conversation,
             model=model_client(self.config),
             tools=self.tools,
-            settings=LoopSettings(tool_output_limit=self.config.tool_output_limit),
+            settings=LoopSettings(
+                tool_output_limit=self.config.tool_output_limit,
+                window=Window(
+                    self.config.context_window_tokens, self.config.max_tokens, compact_at=self.config.compact_at
+                ),
+            ),
             events=self.dispatcher,
             should_stop=should_stop,
             background=self.dispatcher,
