@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from webapp.models import Conversation, Message, ToolCall
+from webapp.models import Conversation, Message, Summary, ToolCall
 from webapp.runtime.extensions import db
 
 
@@ -14,7 +14,7 @@ from webapp.runtime.extensions import db
 class Entry:
     """One thing to show in the transcript: a person's text, the assistant's text, or a tool call."""
 
-    kind: str  # user | assistant | tool
+    kind: str  # user | assistant | tool | summary (older turns summarised for the model here)
     text: str = ""
     call: ToolCall | None = None
 
@@ -26,8 +26,16 @@ def transcript(conversation: Conversation) -> list[Entry]:
         call.tool_use_id: call
         for call in db.session.scalars(select(ToolCall).where(ToolCall.conversation_id == conversation.id))
     }
+    summaries = {
+        summary.through_seq: summary
+        for summary in db.session.scalars(
+            select(Summary).where(Summary.conversation_id == conversation.id).order_by(Summary.id)
+        )
+    }
     entries: list[Entry] = []
     for row in rows:
+        if row.seq - 1 in summaries:  # the turns before this row reach the model as a summary
+            entries.append(Entry("summary", text=summaries.pop(row.seq - 1).text))
         for block in row.content:
             kind = block.get("type")
             if kind == "text" and block.get("text"):
