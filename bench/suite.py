@@ -59,12 +59,13 @@ from bench.common import (
     stats,
     time_page,
 )
+from bench.context import measure_context
 from bench.inflight import measure_inflight, parse_scenarios, scenario_label
 from bench.runs import new_conversations, run_conversations, worker_pool
 from bench.worker import KINDS
 from bench.worker import label as class_label
 
-PARTS = ("overhead", "langgraph", "throughput", "inflight", "approvals", "pages")
+PARTS = ("overhead", "langgraph", "throughput", "inflight", "approvals", "context", "pages")
 FULL = {
     "overhead_conversations": 100,
     "script_runs": 100,
@@ -82,6 +83,7 @@ FULL = {
     "page_conversations": 100_000,
     "audit_events": 1_000_000,
     "repeats": 30,
+    "context_turns": 30,
 }
 QUICK = {
     **FULL,
@@ -97,6 +99,7 @@ QUICK = {
     "page_conversations": 2_000,
     "audit_events": 20_000,
     "repeats": 5,
+    "context_turns": 12,
 }
 HELP = {
     "overhead_conversations": "conversations for the per-move figures",
@@ -116,6 +119,7 @@ HELP = {
     "page_conversations": "conversations in the database for the pages",
     "audit_events": "audit events in the database for the pages",
     "repeats": "requests per page",
+    "context_turns": "turns of the long chat against a 12,000-token window",
 }
 
 
@@ -294,6 +298,9 @@ def run_backend(name: str, args, postgres: str | None, shared: dict) -> dict:
                     app, env, args.decisions, **load
                 )
                 progress(f"{label}:   worker log: {result['approvals_in_flight']['settings']['worker_log']}")
+        if "context" in args.parts:
+            progress(f"{label}: a {args.context_turns}-turn chat against a 12,000-token window, three ways")
+            result["context"] = measure_context(app, args.context_turns)
         if "pages" in args.parts:
             progress(f"{label}: bulk-inserting {args.page_conversations:,} conversations")
             with app.app_context():
@@ -407,6 +414,28 @@ def tables(report: dict) -> list[Table]:
                 *(x for c in cells for x in (c[0], ratio(c[0], c[1]), ratio(c[0], c[2]), c[3], c[4])),
                 *pg_over_sqlite([c[0] for c in cells]),
             )
+        out.append(table)
+    if first.get("context"):
+        ways = list(first["context"])
+        table = Table(
+            f"A {first['context'][ways[0]]['turns']}-turn chat against a 12,000-token window (in-process, demo model)",
+            ["sending", "measure", *labels],
+            labels=2,
+        )
+        measures = (
+            ("turns answered", "answered"),
+            ("summaries written", "summaries"),
+            ("largest request (input tokens)", "largest_request_tokens"),
+            ("model calls past the window", "over_window"),
+            ("input read from the prompt cache", "cache_read_share"),
+            ("input tokens per turn", "input_tokens_per_turn"),
+            ("output tokens per turn", "output_tokens_per_turn"),
+            ("US cents per turn (Sonnet list prices)", "cents_per_turn"),
+            ("the first turn's fact still sent", "fact_kept"),
+        )
+        for way in ways:
+            for name, key in measures:
+                table.add(way, name, *(results[b]["context"][way][key] for b in backends))
         out.append(table)
     if first.get("inflight"):
         table = Table(

@@ -37,7 +37,7 @@ def _run(tmp_path, *flags: str) -> dict:
 def test_quick_slice_writes_the_expected_json(tmp_path):
     report = _run(
         tmp_path,
-        "--parts=overhead,throughput,approvals,pages",
+        "--parts=overhead,throughput,approvals,context,pages",
         "--workers=1",
         "--classes=simple",
         "--approval-classes=simple",
@@ -48,6 +48,7 @@ def test_quick_slice_writes_the_expected_json(tmp_path):
         "--audit-events=1000",
         "--repeats=2",
         "--approvals-in-flight=0",
+        "--context-turns=8",
     )
     sqlite = report["backends"]["sqlite"]
 
@@ -59,7 +60,13 @@ def test_quick_slice_writes_the_expected_json(tmp_path):
     [throughput] = sqlite["throughput"]
     assert (throughput["class"], throughput["workers"], throughput["conversations"]) == ("simple", 1, 3)
     assert throughput["moves"] == 9  # three moves per conversation
-    _positive(throughput, "seconds", "moves_per_s")
+    _positive(throughput, "seconds", "moves_per_s", "worker_cpu_ms_per_move", "cpu_bound_moves_per_s")
+
+    guarded, whole, before = sqlite["context"].values()
+    assert guarded["answered"] == whole["answered"] == 8
+    assert guarded["summaries"] >= 1 and guarded["over_window"] == 0 and guarded["fact_kept"]
+    assert whole["over_window"] > 0  # the same chat sent whole outgrows the window
+    assert before["cache_read_share"] < whole["cache_read_share"]  # the moving breakpoint reads the history
 
     approvals = sqlite["approvals"]["simple"]
     assert set(approvals) >= {

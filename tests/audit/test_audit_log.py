@@ -401,6 +401,15 @@ def test_the_dashboard_figures_match_a_hand_computed_case(app, acme, small_case)
     assert by_tool["issue_refund"].cost == sonnet / 2 + haiku
     assert by_tool["lookup_customer"].input_tokens == 500 and by_tool["issue_refund"].model_calls == Decimal("1.5")
     assert by_tool[costs.NO_TOOL].cost == opus and by_tool[costs.NO_TOOL].model_calls == 2
+    # The prompt cache: yesterday's Sonnet call read 2,000 of the 3,500 tokens sent that day.
+    assert board.usage_by_day[yesterday].cache_read_share == 2000 / 3500
+    assert (
+        board.usage_by_day[today].cache_read_share == 0
+        and board.usage_by_day[today - timedelta(days=3)].cache_read_share is None
+    )
+    (_, (_, ours)), (_, (_, theirs)) = board.usage_by_conversation.items()  # the most sent first
+    assert (ours.prompt_tokens, theirs.prompt_tokens) == (3500, 2000 + 800 + 10)
+    assert ours.cache_read_share == 2000 / 3500 and theirs.cache_read_share == 0
 
     approvals = board.approvals_total
     assert (approvals.requested, approvals.approved, approvals.rejected, approvals.expired) == (3, 1, 1, 1)
@@ -427,6 +436,8 @@ def test_the_dashboard_page_shows_the_numbers_beside_charts_drawn_on_the_server(
     assert "$0.0050" in html and "$0.0038" in html  # Haiku today, for the admin; Opus's answer, no tool
     assert "No price for mystery-1" in html
     assert "33.3 %" in html and "180.0 s" in html and "3,600.0 s" in html and "25.0 %" in html
+    conversations = html[html.index('id="dashboard-usage-by-conversation"') :]
+    assert "3,500" in conversations and "57.1 %" in conversations  # sent, and the share read from the cache
     images = re.findall(r'<img src="(/audit/dashboard/chart\.svg\?[^"]+)"', html)
     assert len(images) == len(charts.CHARTS)
     for url in images:

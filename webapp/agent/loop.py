@@ -69,6 +69,7 @@ class _NoEvents:
 class LoopSettings:
     tool_output_limit: int = 8000
     window: Window | None = None  # None: every request is sent whole, whatever its size
+    cache_history: bool = True  # the moving cache breakpoint on the newest block (off: only system and tools)
 
 
 @dataclass
@@ -232,7 +233,8 @@ class Loop:
             }
         ]
         messages = context.with_summary(summary.text if summary else None, rows)
-        _mark_cache_breakpoint(messages)
+        if self.settings.cache_history:
+            _mark_cache_breakpoint(messages)
         return {"system": system, "tools": self.tools.definitions(), "messages": messages}
 
     def generate(self, request: dict | None = None) -> ModelReply:

@@ -162,6 +162,7 @@ PARTS = ("usage", "approvals", "tools")
 DECISIONS = ("approved", "rejected", "expired")
 NO_TOOL = "(answers, no tool)"
 UNKNOWN_OWNER = "(conversation gone)"
+TOP_CONVERSATIONS = 20
 _USAGE_FIELDS = ("model_calls", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "cost")
 
 
@@ -195,6 +196,16 @@ class Usage:
     @property
     def tokens(self) -> Decimal:
         return self.input_tokens + self.output_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    @property
+    def prompt_tokens(self) -> Decimal:
+        """Everything sent to the model: fresh input, written to the prompt cache, and read from it."""
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    @property
+    def cache_read_share(self) -> float | None:
+        """The share of what was sent that the model read from the prompt cache (at a tenth of the price)."""
+        return float(self.cache_read_tokens / self.prompt_tokens) if self.prompt_tokens else None
 
 
 @dataclass
@@ -245,6 +256,8 @@ class Dashboard:
     usage_by_day: dict[date, Usage]
     usage_by_person: dict[str, Usage] = field(default_factory=dict)
     usage_by_tool: dict[str, Usage] = field(default_factory=dict)
+    # the conversations that sent the most (id -> (title, usage)), most first
+    usage_by_conversation: dict[int, tuple[str, Usage]] = field(default_factory=dict)
     usage_total: Usage = field(default_factory=Usage)
     approvals_by_day: dict[date, Approvals] = field(default_factory=dict)
     approvals_total: Approvals = field(default_factory=Approvals)
@@ -315,6 +328,15 @@ def _usage(board: Dashboard, query: _Queries, prices: PriceTable) -> None:
         rest = usage - attributed[model]
         if rest.model_calls > Decimal("0.000001"):  # the database shared calls out in floats
             by_tool[NO_TOOL] += rest
+    by_conversation: dict[int, Usage] = defaultdict(Usage)
+    for row in query.run(query.usage(AuditEvent.conversation_id)):
+        if row.key is not None:
+            by_conversation[row.key].add(row, prices)
+    top = sorted(by_conversation.items(), key=lambda kv: -kv[1].prompt_tokens)[:TOP_CONVERSATIONS]
+    titles = dict(
+        query.run(select(Conversation.id, Conversation.title).where(Conversation.id.in_([c for c, _ in top])))
+    )
+    board.usage_by_conversation = {cid: (titles.get(cid) or f"Conversation {cid}", usage) for cid, usage in top}
     board.usage_by_person = dict(sorted(by_person.items(), key=lambda kv: -kv[1].cost))
     board.usage_by_tool = dict(sorted(by_tool.items(), key=lambda kv: -kv[1].cost))
 
