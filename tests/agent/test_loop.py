@@ -358,3 +358,14 @@ def test_a_stop_between_two_words_keeps_no_trailing_whitespace(session, new_loop
             if block["type"] == "text":
                 assert block["text"] == block["text"].rstrip() and block["text"]
     assert validate_request({"model": "m", "max_tokens": 1, "messages": transcript(loop)}) == []
+
+
+def test_a_stop_reason_newer_than_the_desk_ends_the_run_instead_of_asking_again(new_loop, model):
+    """An unknown stop reason used to make the loop call the model again and again until the move
+    budget ran out; now only tool_use and pause_turn go on."""
+    model.enqueue(Reply.message(reply(text("Here is what I found."), stop_reason="model_context_window_exceeded")))
+    loop = new_loop(move_budget=10)
+    loop.ask_later("Summarise the account")
+    assert loop.complete() == "completed"
+    assert len(model.requests) == 1 and loop.conversation.moves_used == 1
+    assert loop.conversation.stop_reason == "model_context_window_exceeded"

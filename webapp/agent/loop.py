@@ -30,7 +30,11 @@ from webapp.models import Conversation, Decision, Message, ModelCall, Summary, T
 from webapp.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from webapp.tools.tasks import INPUT_REQUIRED, WORKING, Task, TaskError
 
-COMPLETE_STOPS = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal", "cancelled"})
+# The model's turn goes on only after these stops (tools to run, or the API paused a long turn); any
+# other stop ends the run with what the model said: end_turn, max_tokens, refusal, a stop sequence, a
+# stop by a person, and a stop reason newer than this code (calling the model again would only spend
+# the move budget on the same answer).
+GOES_ON = frozenset({"tool_use", "pause_turn"})
 
 
 _UNREAD = object()
@@ -157,7 +161,7 @@ class Loop:
             last is not None
             and last.role == "assistant"
             and not tool_uses(last.content)
-            and self.conversation.stop_reason in COMPLETE_STOPS
+            and self.conversation.stop_reason not in GOES_ON
         )
 
     def over_budget(self) -> bool:
@@ -429,7 +433,7 @@ class Loop:
             c.moves_used += 1
             if reply.stop_reason == "cancelled":
                 self.honour_cancel()
-            elif reply.stop_reason in COMPLETE_STOPS:
+            elif reply.stop_reason not in GOES_ON:
                 c.status = ConversationStatus.COMPLETED
             else:  # tool_use runs tools next; pause_turn generates again
                 c.status = ConversationStatus.QUEUED
