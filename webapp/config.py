@@ -65,6 +65,8 @@ _LogFormats = Literal["json", "text"]
 _LogLevels = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 LogFormat = Annotated[_LogFormats, _stripped("lower")]
 LogLevel = Annotated[_LogLevels, _stripped("upper")]
+_Protocols = Literal["tools", "react"]
+Protocol = Annotated[_Protocols, _stripped("lower")]
 Flag = Annotated[bool, BeforeValidator(lambda value: value.strip() if isinstance(value, str) else value)]
 Seconds = Annotated[tuple[Annotated[int, Field(ge=0)], ...], BeforeValidator(_comma_separated)]
 
@@ -219,6 +221,9 @@ class Config(_LogSettings):
     anthropic_base_url: str | None = _text("ANTHROPIC_BASE_URL")
     model: str = _text("ANTHROPIC_MODEL", "claude-sonnet-5")
     max_tokens: int = _whole_number("MAX_TOKENS", 1024, minimum=1)
+    # tools: the API's native tool use; react: tools described in the system prompt and JSON actions read
+    # from the model's text, for local models without tool use (webapp/llm/react.py)
+    model_protocol: Protocol = _one_of("MODEL_PROTOCOL", get_args(_Protocols), "react", default="tools")
     # the model's context window in tokens; a request near it summarises older turns first
     context_window_tokens: int = _whole_number("CONTEXT_WINDOW_TOKENS", 200_000, minimum=2_000)
     # share of the window (less MAX_TOKENS) past which older turns are summarised

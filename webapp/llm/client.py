@@ -18,8 +18,6 @@ from typing import Any
 import anthropic
 import httpx2
 
-from webapp.config import Config
-
 
 class ModelError(Exception):
     """A model call that failed. `transient` errors are worth retrying; `message` is for people."""
@@ -239,49 +237,3 @@ def _request_id(stream: Any) -> str | None:
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
-
-
-_clients: dict[tuple, ModelClient] = {}
-
-
-def model_client(config: Config, transport: httpx2.BaseTransport | None = None) -> ModelClient:
-    """The process's model client for this configuration (created once, then reused)."""
-    key = (
-        config.anthropic_api_key,
-        config.anthropic_base_url,
-        config.model,
-        config.max_tokens,
-        config.model_timeout_seconds,
-        config.model_max_retries,
-        config.demo_model_reply_seconds,
-        config.demo_model_context_tokens,
-        id(transport),
-    )
-    if key not in _clients:
-        options: dict[str, Any] = {
-            "timeout": config.model_timeout_seconds,
-            "max_retries": config.model_max_retries,
-        }
-        if config.anthropic_api_key:
-            sdk = anthropic.Anthropic(
-                api_key=config.anthropic_api_key,
-                base_url=config.anthropic_base_url,
-                http_client=httpx2.Client(transport=transport) if transport else None,
-                **options,
-            )
-        else:
-            from webapp.llm.wire import DemoTransport
-
-            sdk = anthropic.Anthropic(
-                api_key="offline-demo",
-                base_url="http://demo-model.invalid",
-                http_client=httpx2.Client(
-                    transport=transport
-                    or DemoTransport(
-                        reply_seconds=config.demo_model_reply_seconds, context_tokens=config.demo_model_context_tokens
-                    )
-                ),
-                **options,
-            )
-        _clients[key] = ModelClient(sdk, config.model, config.max_tokens)
-    return _clients[key]

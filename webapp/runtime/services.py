@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from webapp.agent.context import Window
 from webapp.agent.loop import Loop, LoopSettings
 from webapp.config import Config
-from webapp.llm.client import model_client
+from webapp.llm.endpoints import model_client
 from webapp.models import Conversation
 from webapp.runtime.queue import Dispatcher
 from webapp.tools.registry import ToolRegistry
