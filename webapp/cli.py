@@ -9,9 +9,11 @@ from sqlalchemy import select
 
 from webapp import audit_chain
 from webapp.identity import AccountError, create_token, create_user, get_or_create_tenant
+from webapp.llm import endpoints
 from webapp.models import ROLES, User
 from webapp.runtime import embedded_redis
 from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 
 
 def register(app: Flask) -> None:
@@ -132,6 +134,91 @@ def register(app: Flask) -> None:
         click.echo(f"Generated {count:,} events on the chain of {slug} in {elapsed:.1f} s ({count / elapsed:,.0f}/s).")
 
     app.cli.add_command(audit_group)
+
+    endpoint_group = AppGroup(
+        "endpoint", help="Model endpoints: Anthropic-compatible servers a tenant can be served by."
+    )
+
+    @endpoint_group.command("add")
+    @click.argument("name")
+    @click.option("--base-url", required=True, help="The server, e.g. http://127.0.0.1:11434 (Ollama).")
+    @click.option("--model", required=True, help="The model to ask there, e.g. qwen3:8b.")
+    @click.option("--api-key", default=None, help="Stored encrypted; local servers need none.")
+    @click.option("--api-key-env", default=None, help="Or: the environment variable that holds the key.")
+    @click.option(
+        "--protocol",
+        type=click.Choice(endpoints.PROTOCOLS),
+        default="tools",
+        show_default=True,
+        help="tools: native tool use; react: tools as text, for models without tool use.",
+    )
+    @click.option(
+        "--context-window", type=click.IntRange(min=1), default=None, help="Tokens (default: CONTEXT_WINDOW_TOKENS)."
+    )
+    def endpoint_add_command(name, base_url, model, api_key, api_key_env, protocol, context_window) -> None:
+        """Register an endpoint NAME (a-z, 0-9, - and _)."""
+        try:
+            endpoint = endpoints.add_endpoint(
+                db.session,
+                services().config,
+                name,
+                base_url=base_url,
+                model=model,
+                api_key=api_key,
+                api_key_env=api_key_env,
+                protocol=protocol,
+                context_window=context_window,
+            )
+        except endpoints.EndpointError as exc:
+            db.session.rollback()
+            raise click.UsageError(str(exc)) from None
+        data = {"name": endpoint.name, "base_url": endpoint.base_url, "model": endpoint.model, "protocol": protocol}
+        audit_chain.record(db.session, "endpoint_added", tenant_id=None, actor_label="command line", data=data)
+        db.session.commit()
+        click.echo(f"Added {endpoints.describe(endpoint)}")
+
+    @endpoint_group.command("list")
+    def endpoint_list_command() -> None:
+        """The registered endpoints and the tenants each serves (keys are never shown)."""
+        from webapp.models import ModelEndpoint, Tenant
+
+        served: dict[int | None, list[str]] = {}
+        for slug, endpoint_id in db.session.execute(select(Tenant.slug, Tenant.endpoint_id).order_by(Tenant.slug)):
+            served.setdefault(endpoint_id, []).append(slug)
+        click.echo(
+            f"default: {services().config.model} (configured); serves {', '.join(served.get(None, [])) or 'no tenant'}"
+        )
+        for endpoint in db.session.scalars(select(ModelEndpoint).order_by(ModelEndpoint.name)):
+            click.echo(
+                f"{endpoints.describe(endpoint)}; serves {', '.join(served.get(endpoint.id, [])) or 'no tenant'}"
+            )
+
+    app.cli.add_command(endpoint_group)
+
+    tenant_group = AppGroup("tenant", help="Tenants.")
+
+    @tenant_group.command("set-model")
+    @click.argument("slug")
+    @click.option("--endpoint", "endpoint_name", required=True, help='A registered endpoint, or "default".')
+    def tenant_set_model_command(slug: str, endpoint_name: str) -> None:
+        """Serve the tenant's conversations from an endpoint ("default": the configured model)."""
+        chosen = None if endpoint_name.strip().lower() == "default" else endpoint_name
+        try:
+            tenant = endpoints.set_tenant_endpoint(db.session, slug, chosen)
+        except endpoints.EndpointError as exc:
+            db.session.rollback()
+            raise click.UsageError(str(exc)) from None
+        name = chosen.strip().lower() if chosen else "default"
+        audit_chain.record(
+            db.session, "tenant_model_set", tenant_id=tenant.id, actor_label="command line", data={"endpoint": name}
+        )
+        db.session.commit()
+        click.echo(
+            f"Tenant {tenant.slug} is now served by {name}; running workers follow within "
+            f"{endpoints.CHOICE_SECONDS:g} seconds."
+        )
+
+    app.cli.add_command(tenant_group)
 
     desk_group = AppGroup("desk", help="Running the desk in production.")
 

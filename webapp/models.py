@@ -69,6 +69,25 @@ class Base(DeclarativeBase):
 # --- people -------------------------------------------------------------------------------------
 
 
+class ModelEndpoint(Base):
+    """A model endpoint an operator registered (`flask endpoint add`): an Anthropic-compatible server,
+    the model to ask there, and how to talk to it. Its API key is stored encrypted, or read from the
+    environment variable it names; none for local servers that ignore keys."""
+
+    __tablename__ = "model_endpoints"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    base_url: Mapped[str] = mapped_column(String(500))
+    model: Mapped[str] = mapped_column(String(120))
+    protocol: Mapped[str] = mapped_column(String(16), default="tools")  # tools | react
+    context_window: Mapped[int | None] = mapped_column(Integer)  # None: CONTEXT_WINDOW_TOKENS
+    api_key_encrypted: Mapped[str | None] = mapped_column(Text)
+    api_key_env: Mapped[str | None] = mapped_column(String(120))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class Tenant(Base):
     __tablename__ = "tenants"
 
@@ -76,6 +95,8 @@ class Tenant(Base):
     slug: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # the endpoint that serves this tenant's conversations; None: the configured default model
+    endpoint_id: Mapped[int | None] = mapped_column(ForeignKey("model_endpoints.id"))
 
 
 ROLES = ("agent", "reviewer", "auditor", "admin")
@@ -267,6 +288,7 @@ class ModelCall(Base):
     system_hash: Mapped[str | None] = mapped_column(String(64))
     tools_hash: Mapped[str | None] = mapped_column(String(64))
     summary_id: Mapped[int | None] = mapped_column(ForeignKey("summaries.id"))
+    endpoint: Mapped[str | None] = mapped_column(String(64))  # the endpoint that served it; None: the default
 
 
 class ToolPolicy(Base):

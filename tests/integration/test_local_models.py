@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from sqlalchemy import func, select
 
 from tests.clients import session_as
+from tests.conftest import wait_until
 from tests.integration.test_workers import AGENT, start, wait_status
-from tests.model_server import Reply
+from tests.model_server import ModelServer, Reply
 from tests.replies import reply, text
+from webapp.models import ModelCall, ModelEndpoint
 
 pytestmark = pytest.mark.slow
 
@@ -33,3 +36,72 @@ def test_a_model_that_answers_only_in_text_uses_the_tools_through_the_worker(app
     page = session_as(app, AGENT).get(f"/conversations/{conversation_id}").get_data(as_text=True)
     assert "Customer 4471 has two invoices, both paid." in page
     assert "final_answer" not in page and "action_input" not in page
+
+
+def test_an_endpoint_registered_for_one_tenant_serves_its_conversations_and_no_one_else(
+    app, api, workers, model, cli, read
+):
+    with ModelServer() as local:
+        lookup = {"thought": "I need the invoices.", "action": "lookup_invoices", "action_input": {"customer_id": 4471}}
+        local.enqueue(Reply.message(reply(text(json.dumps(lookup)))))
+        local.enqueue(Reply.message(reply(text(json.dumps({"final_answer": "Two invoices, both paid."})))))
+        added = cli(
+            "endpoint", "add", "local-qwen", "--base-url", local.url, "--model", "qwen3:8b",
+            "--api-key", "sk-local-secret", "--protocol", "react", "--context-window", "32000",
+        )  # fmt: skip
+        assert added.exit_code == 0, added.output
+        assert cli("tenant", "set-model", "acme", "--endpoint", "local-qwen").exit_code == 0
+        listing = cli("endpoint", "list").output
+        assert "local-qwen: qwen3:8b at http://127.0.0.1" in listing and "serves acme" in listing
+        assert "sk-local-secret" not in listing and "key stored encrypted" in listing
+        stored = read(lambda s: s.scalar(select(ModelEndpoint.api_key_encrypted)))
+        assert stored and "sk-local-secret" not in stored
+        workers()
+
+        ours = start(api, "Show invoices for customer 4471")
+        assert wait_status(api, ours, "completed", "failed")["status"] == "completed"
+        theirs = api.as_("agent@globex.test").post("/api/conversations", json={"message": "Look up ada@example.com"})
+        assert wait_status_of(api, "agent@globex.test", theirs.json["id"]) == "completed"
+
+        assert len(local.requests) == 2 and all(body["model"] == "qwen3:8b" for body in local.requests)
+        assert all(body["model"] != "qwen3:8b" for body in model.requests) and model.requests  # globex: default
+        served = read(lambda s: list(s.execute(select(ModelCall.conversation_id, ModelCall.endpoint))))
+        assert {endpoint for cid, endpoint in served if cid == ours} == {"local-qwen"}
+        assert {endpoint for cid, endpoint in served if cid == theirs.json["id"]} == {None}
+
+
+def wait_status_of(api, email: str, conversation_id: int) -> str:
+    return wait_until(
+        lambda: (
+            (s := api.as_(email).get(f"/api/conversations/{conversation_id}").json["status"]) in ("completed", "failed")
+            and s
+        ),
+        30,
+        f"conversation {conversation_id} to end",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["Local Qwen!", "--base-url", "http://h:1", "--model", "m"], "is not an endpoint name"),
+        (["q", "--base-url", "ftp://h", "--model", "m"], "is not a base URL"),
+        (["q", "--base-url", "http://h:1", "--model", " "], "Name the model"),
+        (["q", "--base-url", "http://h:1", "--model", "m", "--api-key", "k", "--api-key-env", "K"], "not both"),
+        (["q", "--base-url", "http://h:1", "--model", "m", "--api-key-env", "1BAD"], "not an environment variable"),
+        (["q", "--base-url", "http://h:1", "--model", "m", "--context-window", "1000"], "leaves no room"),
+        (["q", "--base-url", "http://h:1", "--model", "m", "--protocol", "json"], "'json' is not one of"),
+    ],
+)
+def test_a_bad_endpoint_is_refused_with_what_to_fix_and_nothing_is_kept(cli, read, args, says):
+    result = cli("endpoint", "add", *args)
+    assert result.exit_code == 2 and says in result.output
+    assert read(lambda s: s.scalar(select(func.count()).select_from(ModelEndpoint))) == 0
+
+
+def test_a_tenant_can_only_be_set_to_an_endpoint_that_exists(cli):
+    refused = cli("tenant", "set-model", "acme", "--endpoint", "nope")
+    assert refused.exit_code == 2 and "There is no endpoint 'nope' (registered: none yet)" in refused.output
+    assert "There is no tenant 'nowhere'" in cli("tenant", "set-model", "nowhere", "--endpoint", "default").output
+    back = cli("tenant", "set-model", "acme", "--endpoint", "default")
+    assert back.exit_code == 0 and "Tenant acme is now served by default" in back.output

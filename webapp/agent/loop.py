@@ -691,6 +691,7 @@ class Loop:
             "system_hash": _digest(request.get("system")),
             "tools_hash": _digest(request.get("tools") or []),
             "summary_id": summary_id,
+            "endpoint": self.model.endpoint,
         }
         self.session.add(
             ModelCall(

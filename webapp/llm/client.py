@@ -47,10 +47,11 @@ log = logging.getLogger(__name__)
 
 
 class ModelClient:
-    def __init__(self, client: anthropic.Anthropic, model: str, max_tokens: int) -> None:
+    def __init__(self, client: anthropic.Anthropic, model: str, max_tokens: int, endpoint: str | None = None) -> None:
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
+        self.endpoint = endpoint  # the registered endpoint's name; None: the configured default
 
     def count_tokens(self, request: dict) -> int | None:
         """The request's input tokens as the endpoint counts them (`messages.count_tokens`); None when

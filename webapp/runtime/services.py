@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from webapp.agent.context import Window
 from webapp.agent.loop import Loop, LoopSettings
 from webapp.config import Config
-from webapp.llm.endpoints import model_client
+from webapp.llm.endpoints import choice_for
 from webapp.models import Conversation
 from webapp.runtime.queue import Dispatcher
 from webapp.tools.registry import ToolRegistry
@@ -23,17 +23,17 @@ class Services:
     tools: ToolRegistry
 
     def loop(self, session: Session, conversation: Conversation, should_stop=None) -> Loop:
-        """A Loop over this conversation with the process's model client, tools and event channel."""
+        """A Loop over this conversation with the model its tenant is served by, the process's tools and
+        event channel."""
+        choice = choice_for(session, self.config, conversation.tenant_id)
         return Loop(
             session,
             conversation,
-            model=model_client(self.config),
+            model=choice.client,
             tools=self.tools,
             settings=LoopSettings(
                 tool_output_limit=self.config.tool_output_limit,
-                window=Window(
-                    self.config.context_window_tokens, self.config.max_tokens, compact_at=self.config.compact_at
-                ),
+                window=Window(choice.context_window, self.config.max_tokens, compact_at=self.config.compact_at),
             ),
             events=self.dispatcher,
             should_stop=should_stop,

@@ -16,12 +16,18 @@ depends_on = None
 def upgrade():
     op.create_table(
         'summaries',
-        sa.Column('id', sa.Integer(), primary_key=True),
-        sa.Column('conversation_id', sa.Integer(), sa.ForeignKey('conversations.id'), nullable=False),
+        sa.Column('id', sa.Integer(), nullable=False),
+        sa.Column(
+            'conversation_id',
+            sa.Integer(),
+            sa.ForeignKey('conversations.id', name='fk_summaries_conversation_id_conversations'),
+            nullable=False,
+        ),
         sa.Column('through_seq', sa.Integer(), nullable=False),
         sa.Column('text', sa.Text(), nullable=False),
         sa.Column('tokens_before', sa.Integer(), nullable=False),
         sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint('id', name='pk_summaries'),
     )
     op.create_index('ix_summaries_conversation_id', 'summaries', ['conversation_id'])
     with op.batch_alter_table('model_calls') as batch:
@@ -29,7 +35,7 @@ def upgrade():
         batch.add_column(sa.Column('system_hash', sa.String(64), nullable=True))
         batch.add_column(sa.Column('tools_hash', sa.String(64), nullable=True))
         batch.add_column(
-            sa.Column('summary_id', sa.Integer(), sa.ForeignKey('summaries.id', name='fk_model_calls_summary_id'))
+            sa.Column('summary_id', sa.Integer(), sa.ForeignKey('summaries.id', name='fk_model_calls_summary_id_summaries'))
         )
 
 
