@@ -139,3 +139,15 @@ def test_reading_an_action_is_tolerant(reply_text, expected):
 )
 def test_an_unreadable_reply_says_what_was_wrong(reply_text, problem):
     assert read_action(reply_text) == (None, problem)
+
+
+def test_the_offline_demo_model_speaks_the_text_protocol_too(react_loop, model, session):
+    """MODEL_PROTOCOL=react works without a local server: the demo model reads the text back."""
+    loop = react_loop()
+    loop.ask_later("Show invoices for customer 4471")
+    assert loop.complete() == "completed"
+    assert all("tools" not in body for body in model.requests)
+    [call] = session.scalars(select(ToolCall).where(ToolCall.conversation_id == loop.conversation.id))
+    assert (call.name, call.status) == ("lookup_invoices", "succeeded")
+    answer = loop.last_row().content[0]["text"]
+    assert "4471" in answer and "final_answer" not in answer and "{" not in answer

@@ -28,6 +28,7 @@ from webapp.llm.client import ModelClient, ModelReply
 
 CORRECTIONS = 1  # replies without a readable action sent back before the words stand as the answer
 
+MARKER = "You have no built-in tool calling."
 INSTRUCTIONS = """
 You have no built-in tool calling. To use a tool, reply with exactly one JSON object and nothing else:
 {{"thought": "why this step", "action": "<tool name>", "action_input": {{<the tool's arguments>}}}}
@@ -35,6 +36,7 @@ The result comes back to you as an observation. When you can answer without a to
 {{"thought": "why you can answer", "final_answer": "<your answer to the support agent>"}}
 One action per reply. The tools, with their JSON input schemas:
 {tools}"""
+TOOLS_HEADING = "The tools, with their JSON input schemas:\n"
 
 NOT_READ = (
     "Observation: your last reply could not be read ({problem}). Reply with one JSON object: either "

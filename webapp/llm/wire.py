@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx2
 
-from webapp.llm import demo_context, demo_model
+from webapp.llm import demo_context, demo_model, demo_react
 
 Responder = Callable[[dict], dict]
 
@@ -410,7 +410,10 @@ class DemoTransport(httpx2.BaseTransport):
 def demo_reply(body: dict, responder: Responder, cache: demo_context.PromptCache) -> dict:
     """The demo endpoint's reply to a valid request: a summary for a summary request, else the
     responder's answer; its usage as the prompt cache splits it."""
-    if demo_context.is_summary_request(body):
+    if demo_react.is_react_request(body):
+        message = demo_react.respond(body, responder)
+        output = len(message["content"][0]["text"]) // 4
+    elif demo_context.is_summary_request(body):
         content = [{"type": "text", "text": demo_context.summarise(body)}]
         message = {
             "id": "msg_demo_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24],
