@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_TABLES = [
     "model_calls",
     "summaries",
+    "assistant_settings",
     "decisions",
     "tool_policies",
     "tool_calls",

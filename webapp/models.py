@@ -99,6 +99,25 @@ class Tenant(Base):
     endpoint_id: Mapped[int | None] = mapped_column(ForeignKey("model_endpoints.id"))
 
 
+class AssistantSettings(Base):
+    """How a tenant's admins want the assistant to work: its register (one line), extra rules for its
+    system prompt, and one tool call per reply. Every save is a new version; the newest is in force,
+    and each model call records the version it was sent."""
+
+    __tablename__ = "assistant_settings"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    version: Mapped[int] = mapped_column(Integer)
+    register: Mapped[str] = mapped_column(String(200), default="")
+    rules: Mapped[str] = mapped_column(Text, default="")
+    one_call_per_reply: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "version", name="uq_assistant_settings_tenant_version"),)
+
+
 ROLES = ("agent", "reviewer", "auditor", "admin")
 
 
@@ -289,6 +308,7 @@ class ModelCall(Base):
     tools_hash: Mapped[str | None] = mapped_column(String(64))
     summary_id: Mapped[int | None] = mapped_column(ForeignKey("summaries.id"))
     endpoint: Mapped[str | None] = mapped_column(String(64))  # the endpoint that served it; None: the default
+    settings_version: Mapped[int | None] = mapped_column(Integer)  # the tenant's AssistantSettings in force
 
 
 class ToolPolicy(Base):

@@ -57,6 +57,7 @@ TOKEN_PAGES = {"metrics.metrics"}
 PREFIX_EXPECTED = {
     "users.": {"admin"},
     "policies.": {"admin"},
+    "assistant.": {"admin"},
     "approvals.": {"reviewer"},
     "live.": EVERYONE,
     "audit.": {"auditor", "admin"},

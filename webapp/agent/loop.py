@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, select
-from sqlalchemy.orm import Session, joinedload
+from sqlalchemy import and_, bindparam, func, select
+from sqlalchemy.orm import Session
 
 from webapp import audit_chain
 from webapp.agent import context, wording
@@ -26,7 +26,18 @@ from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, Conversatio
 from webapp.agent.transcript import tool_uses
 from webapp.llm.client import ModelClient, ModelError, ModelReply
 from webapp.logs import bind
-from webapp.models import Conversation, Decision, Message, ModelCall, Summary, ToolCall, User, utcnow
+from webapp.models import (
+    AssistantSettings,
+    Conversation,
+    Decision,
+    Message,
+    ModelCall,
+    Summary,
+    Tenant,
+    ToolCall,
+    User,
+    utcnow,
+)
 from webapp.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from webapp.tools.tasks import INPUT_REQUIRED, WORKING, Task, TaskError
 
@@ -45,6 +56,22 @@ _TRANSCRIPT = (
     select(Message.seq, Message.role, Message.content)
     .where(Message.conversation_id == bindparam("conversation_id"), Message.seq > bindparam("after"))
     .order_by(Message.seq)
+)
+# The person the assistant works with, their tenant's name, and the tenant's AssistantSettings in force.
+_NEWEST_SETTINGS = (
+    select(func.max(AssistantSettings.version))
+    .where(AssistantSettings.tenant_id == User.tenant_id)
+    .correlate(User)
+    .scalar_subquery()
+)
+_ASKER = (
+    select(User, Tenant.name, AssistantSettings)
+    .join(Tenant, Tenant.id == User.tenant_id)
+    .outerjoin(
+        AssistantSettings,
+        and_(AssistantSettings.tenant_id == User.tenant_id, AssistantSettings.version == _NEWEST_SETTINGS),
+    )
+    .where(User.id == bindparam("user_id"))
 )
 _SUMMARY = (
     select(Summary).where(Summary.conversation_id == bindparam("conversation_id")).order_by(Summary.id.desc()).limit(1)
@@ -125,6 +152,7 @@ class Loop:
         self._last: Message | None | object = _UNREAD
         self._round: list[ToolCall] | None = None
         self._summary: Summary | None | object = _UNREAD
+        self._settings_version: int | None = None  # the tenant's AssistantSettings the request was built with
         self._sqlite = session.get_bind().dialect.name == "sqlite"
 
     # --- reading the state ---------------------------------------------------------------------
@@ -226,20 +254,22 @@ class Loop:
         summary = self.summary()
         if rows is None:
             rows = self.rows(after=summary.through_seq if summary else 0)
-        user = self.session.scalars(
-            select(User).options(joinedload(User.tenant)).where(User.id == self.conversation.user_id)
-        ).one()
+        user, tenant_name, settings = self.session.execute(_ASKER, {"user_id": self.conversation.user_id}).one()
+        self._settings_version = settings.version if settings else None
         system = [
             {
                 "type": "text",
-                "text": wording.SYSTEM_PROMPT.format(tenant=user.tenant.name, user=user.label),
+                "text": wording.system_prompt(tenant_name, user.label, settings),
                 "cache_control": {"type": "ephemeral"},
             }
         ]
         messages = context.with_summary(summary.text if summary else None, rows)
         if self.settings.cache_history:
             _mark_cache_breakpoint(messages)
-        return {"system": system, "tools": self.tools.definitions(), "messages": messages}
+        request = {"system": system, "tools": self.tools.definitions(), "messages": messages}
+        if settings and settings.one_call_per_reply:
+            request["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
+        return request
 
     def generate(self, request: dict | None = None) -> ModelReply:
         """One model call: appends the assistant message and one tool-call row per tool_use block.
@@ -692,6 +722,7 @@ class Loop:
             "tools_hash": _digest(request.get("tools") or []),
             "summary_id": summary_id,
             "endpoint": self.model.endpoint,
+            "settings_version": self._settings_version if purpose == "answer" else None,
         }
         self.session.add(
             ModelCall(

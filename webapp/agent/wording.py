@@ -30,6 +30,20 @@ SUMMARY_INTRO = (
     "as they were.)"
 )
 
+TENANT_REGISTER = "How {tenant}'s admins ask you to write: {register}"
+TENANT_RULES = "Rules from {tenant}'s admins, to follow in every conversation:\n{rules}"
+
+
+def system_prompt(tenant: str, user: str, settings=None) -> str:
+    """The system prompt, with the tenant's register and rules (webapp/agent/assistant_settings.py)."""
+    parts = [SYSTEM_PROMPT.format(tenant=tenant, user=user)]
+    if settings is not None and settings.register:
+        parts.append(TENANT_REGISTER.format(tenant=tenant, register=settings.register))
+    if settings is not None and settings.rules:
+        parts.append(TENANT_RULES.format(tenant=tenant, rules=settings.rules))
+    return "\n\n".join(parts)
+
+
 RESULT_CANCELLED = "Cancelled: the conversation was stopped before this call ran. Nothing was done."
 RESULT_CANCELLED_RUNNING = (
     "Cancelled: the conversation was stopped while this call was being carried out; "

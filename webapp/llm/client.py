@@ -69,6 +69,7 @@ class ModelClient:
         system: list[dict],
         messages: list[dict],
         tools: list[dict] | None = None,
+        tool_choice: dict | None = None,
         on_text: Callable[[str], None] | None = None,
         on_tool_start: Callable[[str], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
@@ -82,7 +83,9 @@ class ModelClient:
             with self.client.messages.stream(
                 model=self.model,
                 max_tokens=self.max_tokens,
-                **_without_empty_tools({"system": system, "tools": tools, "messages": messages}),
+                **_without_empty_tools(
+                    {"system": system, "tools": tools, "tool_choice": tool_choice, "messages": messages}
+                ),
             ) as stream:
                 watcher = _Watcher(stream, should_stop, stopped) if should_stop else None
                 try:
@@ -127,8 +130,11 @@ class ModelClient:
 
 
 def _without_empty_tools(request: dict) -> dict:
-    """The request's system, tools and messages, leaving tools out when there are none (a summary)."""
-    return {key: value for key, value in request.items() if key != "tools" or value}
+    """The request's system, tools, tool choice and messages, leaving tools (and the choice among them)
+    out when there are none: a summary, or a model without tool use."""
+    if not request.get("tools"):
+        return {key: value for key, value in request.items() if key not in ("tools", "tool_choice")}
+    return {key: value for key, value in request.items() if key != "tool_choice" or value}
 
 
 TRANSIENT_ERROR_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}

@@ -53,6 +53,7 @@ class ReactClient(ModelClient):
         system: list[dict],
         messages: list[dict],
         tools: list[dict] | None = None,
+        tool_choice: dict | None = None,  # (one action per reply already)
         on_text: Callable[[str], None] | None = None,
         on_tool_start: Callable[[str], None] | None = None,
         should_stop: Callable[[], bool] | None = None,

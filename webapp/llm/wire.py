@@ -427,6 +427,10 @@ def demo_reply(body: dict, responder: Responder, cache: demo_context.PromptCache
         output = len(content[0]["text"]) // 4
     else:
         message = responder(body)
+        if (body.get("tool_choice") or {}).get("disable_parallel_tool_use"):  # one tool call per reply
+            first = next((i for i, b in enumerate(message["content"]) if b["type"] == "tool_use"), None)
+            if first is not None:
+                message = {**message, "content": message["content"][: first + 1]}
         output = (message.get("usage") or {}).get("output_tokens") or len(json.dumps(message["content"])) // 4
     return {**message, "usage": cache.usage(body, output)}
 
