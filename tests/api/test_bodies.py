@@ -262,6 +262,37 @@ def test_approving_with_edits_through_the_api_runs_the_tool_with_the_edited_argu
     assert decision.edited_input == edited
 
 
+def test_an_edit_sent_as_input_runs_the_tool_with_the_edited_amount(api, model):
+    call = waiting_refund(api, model)
+    edited = {**REFUND, "amount_cents": 4000}
+    decided = api.as_(REVIEWER).post(
+        f"/api/approvals/{call['id']}", json={"decision": "approve", "input": edited, "reason": "partial"}
+    )
+    assert decided.status_code == 200, decided.json
+    assert decided.json["input"] == edited
+
+    model.enqueue(Reply.message(reply(text("Done."))))
+    conversation = db.session.get(Conversation, call["conversation_id"])
+    assert services().loop(db.session, conversation).complete() == "completed"
+    db.session.remove()
+    assert [r.amount_cents for r in db.session.scalars(select(Refund))] == [4000]
+    (shown,) = api.as_(AGENT).get(f"/api/conversations/{call['conversation_id']}").json["tool_calls"]
+    assert shown["status"] == "succeeded" and shown["input"]["amount_cents"] == 4000
+    assert '"amount_cents": 4000' in shown["result"]
+
+
+def test_a_decision_with_a_field_it_does_not_know_is_refused_not_ignored(api, model):
+    call = waiting_refund(api, model)
+    url = f"/api/approvals/{call['id']}"
+    reviewer = api.as_(REVIEWER)
+    assert_refused(reviewer.post(url, json={"decision": "approve", "edits": {**REFUND, "amount_cents": 4000}}), "edits")
+    both = reviewer.post(url, json={"decision": "approve", "input": REFUND, "edited_input": REFUND})
+    assert_refused(both, "edited_input")
+    assert 'send only "input"' in both.json["message"]
+    assert db.session.scalar(select(func.count(Decision.id))) == 0
+    assert db.session.get(ToolCall, call["id"]).status == "awaiting_approval"
+
+
 def test_edits_are_checked_against_the_tools_schema_and_go_only_with_an_approval(api, model):
     call = waiting_refund(api, model)
     reviewer = api.as_(REVIEWER)

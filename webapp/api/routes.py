@@ -149,7 +149,7 @@ def decide_approval(tool_call_id: int):
         sent.decision,
         sent.reason,
         arguments_seen=sent.arguments_hash,
-        edited_input=sent.edited_input,
+        edited_input=sent.edited(),
     )
     return answer(ToolCallView.of(call))
 

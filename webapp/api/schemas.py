@@ -107,17 +107,31 @@ class DecideApproval(RequestBody):
         ),
         Rule("must be the arguments_hash string shown with the call, or null"),
     ] = None
-    edited_input: Annotated[
+    input: Annotated[
         dict[str, Any] | None,
         Field(
             description=(
-                'Edit and approve: the arguments the tool should run with instead of the model\'s (with "approve" '
-                "only). They are checked against the tool's input schema; the model is told who changed what."
+                'Edit and approve: the arguments the tool runs with instead of the model\'s (with "approve" '
+                "only). They are checked against the tool's input schema and its own checks (a refund above what "
+                "is left on the invoice is refused); the model is told who changed what."
             ),
             examples=[{"invoice_id": 4471, "amount_cents": 5000, "reason": "late delivery"}],
         ),
         Rule("must be a JSON object of the tool's arguments, or null"),
     ] = None
+    edited_input: Annotated[
+        dict[str, Any] | None,
+        Field(description='The earlier name of `input`, still accepted; send one or the other, not both.'),
+        Rule("must be a JSON object of the tool's arguments, or null"),
+    ] = None
+
+    def edited(self) -> dict[str, Any] | None:
+        """The edited arguments, under either name; 422 naming both when both are sent."""
+        if self.input is not None and self.edited_input is not None:
+            raise InvalidFields(
+                [FieldProblem(field="edited_input", problem='is the earlier name of "input"; send only "input"')], []
+            )
+        return self.input if self.input is not None else self.edited_input
 
 
 class GiveInput(RequestBody):
