@@ -121,7 +121,7 @@ class DecideApproval(RequestBody):
     ] = None
     edited_input: Annotated[
         dict[str, Any] | None,
-        Field(description='The earlier name of `input`, still accepted; send one or the other, not both.'),
+        Field(description="The earlier name of `input`, still accepted; send one or the other, not both."),
         Rule("must be a JSON object of the tool's arguments, or null"),
     ] = None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -11,10 +12,20 @@ from webapp.conversations import actions as conversations
 from webapp.models import Conversation, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.registry import Review, ToolContext, input_concerns
 from webapp.web.errors import Refused
 
 MAX_REASON_CHARS = 2_000
 DECISION_STATUS = {"not_allowed": 403, "reason_required": 422, "invalid_input": 422}
+
+
+class EditRefused(Refused):
+    """Edited arguments the tool would refuse; `problems` says what is wrong, by argument (None: the
+    arguments as a whole)."""
+
+    def __init__(self, problems: dict[str | None, str]) -> None:
+        super().__init__(422, "invalid_input", " ".join(problems.values()) + " Nothing was approved.")
+        self.problems = problems
 
 
 def pending(user: User):
@@ -42,6 +53,30 @@ def find_call(session: Session, user: User, tool_call_id: int) -> ToolCall:
     return call
 
 
+def _context(session: Session, call: ToolCall) -> ToolContext:
+    """The call's tool context for reading: as the person the call acts for, in their tenant."""
+    return ToolContext(session, call.acting_user_id, call.tenant_id, call.id, f"toolcall-{call.id}")
+
+
+def review(session: Session, call: ToolCall) -> Review:
+    """What the call's tool says about it now, for its reviewer: the records it would change, and why
+    it would fail as asked."""
+    return services().tools.review(call.name, call.input, _context(session, call))
+
+
+def edit_problems(session: Session, call: ToolCall, edited: dict) -> dict[str | None, str]:
+    """Why the tool would refuse these edited arguments, by argument; empty when it would run them."""
+    tool = services().tools.get(call.name)
+    if tool is None:
+        return {None: f"There is no tool {call.name} here any more; this call cannot be edited."}
+    try:
+        tool.Input.model_validate(edited)
+    except ValidationError as exc:
+        return {concern.field: concern.message for concern in input_concerns(exc)}
+    concerns = services().tools.review(call.name, edited, _context(session, call)).concerns
+    return {concern.field: concern.message for concern in concerns}
+
+
 def decide(
     session: Session,
     reviewer: User,
@@ -64,6 +99,10 @@ def decide(
     if arguments_seen is not None and not isinstance(arguments_seen, str):
         raise Refused(422, "invalid_field", "arguments_hash must be the hash string shown with the call.")
     call = find_call(session, reviewer, tool_call_id)
+    if edited_input is not None and decision == "approve" and call.status == CallStatus.AWAITING_APPROVAL:
+        problems = edit_problems(session, call, edited_input)
+        if problems:
+            raise EditRefused(problems)
     seen = arguments_seen or decisions.arguments_hash(call.input)
     asked = call.input
     try:

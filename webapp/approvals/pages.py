@@ -19,10 +19,13 @@ from webapp import audit_chain
 from webapp.agent.decisions import approvals_so_far, arguments_hash, who
 from webapp.agent.states import CallStatus
 from webapp.approvals import actions as approvals
+from webapp.approvals import editing
+from webapp.conversations.cards import card, decisions_by_call
 from webapp.conversations.transcript import transcript
-from webapp.models import Conversation, Decision, ToolCall, User, utcnow
+from webapp.models import Conversation, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.registry import Review
 from webapp.web import htmx
 from webapp.web.errors import Refused
 from webapp.web.pagination import BadCursor, Page, keyset_page
@@ -121,12 +124,23 @@ def _call(tool_call_id: int) -> ToolCall:
         abort(exc.status, description=exc.message)
 
 
-def _panel_context(call: ToolCall) -> dict:
-    decisions = list(db.session.scalars(select(Decision).where(Decision.tool_call_id == call.id).order_by(Decision.id)))
+def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | None = None) -> dict:
+    """What the decision panel shows: the call in words, the facts its tool reads now, the edit form
+    (with what the reviewer typed and what is wrong with it, after a refused edit)."""
+    decisions = decisions_by_call(db.session, [call])[call.id]
     neighbours = _neighbours(call)
+    tool = services().tools.get(call.name)
+    waiting = call.status == CallStatus.AWAITING_APPROVAL
+    review = approvals.review(db.session, call) if waiting else Review()
+    errors = errors or {}
     return {
         "call": call,
-        "tool": services().tools.get(call.name),
+        "tool": tool,
+        "card": card(call, decisions, services().tools),
+        "review": review,
+        "records": _record_ids(review),
+        "edit_fields": editing.fields(tool, call.input, typed, errors) if tool and waiting else [],
+        "edit_error": errors.get(None),
         "arguments_hash": arguments_hash(call.input),
         "arguments_json": json.dumps(call.input, indent=2, ensure_ascii=False),
         "decisions": decisions,
@@ -137,6 +151,14 @@ def _panel_context(call: ToolCall) -> dict:
         "now": utcnow(),
         **neighbours,
     }
+
+
+def _record_ids(review: Review) -> dict[str, set[int]]:
+    """The records shown beside the call, by kind, so its arguments can link to them."""
+    shown: dict[str, set[int]] = {}
+    for record in review.records:
+        shown.setdefault(record.kind, set()).add(record.id)
+    return shown
 
 
 def _neighbours(call: ToolCall) -> dict:
@@ -150,7 +172,6 @@ def _neighbours(call: ToolCall) -> dict:
 @roles_required("reviewer")
 def show(tool_call_id: int):
     call = _call(tool_call_id)
-    conversation = db.session.get(Conversation, call.conversation_id)
     if call.status == CallStatus.AWAITING_APPROVAL:
         audit_chain.record(
             db.session,
@@ -162,13 +183,18 @@ def show(tool_call_id: int):
             tool_name=call.name,
         )
         db.session.commit()
+    return _show(call)
+
+
+def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None) -> str:
+    conversation = db.session.get(Conversation, call.conversation_id)
     return render_template(
         "approvals/show.html",
         conversation=conversation,
         owner=db.session.get(User, conversation.user_id),
         entries=transcript(conversation),
         tools=services().tools,
-        **_panel_context(call),
+        **_panel_context(call, typed, errors),
     )
 
 
@@ -183,12 +209,15 @@ def panel(tool_call_id: int):
 def decide(tool_call_id: int):
     form = request.form
     decision = form.get("decision")
-    edited = None
+    edited, typed = None, None
     if decision == "edit":
-        try:
-            edited = json.loads(form.get("edited_input") or "")
-        except ValueError:
-            return _refused(tool_call_id, Refused(422, "invalid_input", "The edited arguments are not valid JSON."))
+        call = _call(tool_call_id)
+        tool = services().tools.get(call.name)
+        if tool is None:
+            return _refused(tool_call_id, Refused(422, "invalid_input", f"There is no tool {call.name} to edit for."))
+        edited, typed, errors = editing.read(tool, form)
+        if errors:
+            return _edit_refused(tool_call_id, typed, errors)
         decision = "approve"
     try:
         call = approvals.decide(
@@ -200,6 +229,8 @@ def decide(tool_call_id: int):
             form.get("arguments_hash") or "-",
             edited,
         )
+    except approvals.EditRefused as exc:
+        return _edit_refused(tool_call_id, typed, exc.problems)
     except Refused as exc:
         return _refused(tool_call_id, exc)
     verb = {"approved": "Approved", "rejected": "Rejected", "awaiting_approval": "Approval recorded"}.get(
@@ -220,6 +251,17 @@ def _refused(tool_call_id: int, exc: Refused):
         lambda status: (render_template("approvals/_decision.html", **_panel_context(_call(tool_call_id))), status),
         url_for("approvals.show", tool_call_id=tool_call_id),
     )
+
+
+def _edit_refused(tool_call_id: int, typed: dict | None, errors: dict):
+    """An edit the form or the tool refused: the page again, with what was typed and each field's
+    error beside it (a redirect would lose what was typed)."""
+    db.session.rollback()
+    flash("Fix the marked fields; nothing was approved.", "error")
+    call = _call(tool_call_id)
+    if htmx.is_htmx():
+        return render_template("approvals/_decision.html", **_panel_context(call, typed, errors)), 422
+    return _show(call, typed, errors), 422
 
 
 def key_arguments(call: ToolCall) -> str:
