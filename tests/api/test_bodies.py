@@ -293,6 +293,34 @@ def test_a_decision_with_a_field_it_does_not_know_is_refused_not_ignored(api, mo
     assert db.session.get(ToolCall, call["id"]).status == "awaiting_approval"
 
 
+def test_an_edit_the_tool_would_refuse_is_a_422_naming_the_argument_and_why(api, model):
+    call = waiting_refund(api, model)
+    refused = api.as_(REVIEWER).post(
+        f"/api/approvals/{call['id']}", json={"decision": "approve", "input": {**REFUND, "amount_cents": 999_999}}
+    )
+    assert refused.status_code == 422 and refused.json["error"] == "invalid_input"
+    problem = "A refund of $9,999.99 is more than the $129.00 left to refund on invoice 4471 (total $129.00)."
+    assert refused.json["fields"] == [{"field": "input.amount_cents", "problem": problem}]
+    assert refused.json["message"] == problem + " Nothing was approved."
+    assert db.session.scalar(select(func.count(Decision.id))) == 0
+
+
+def test_one_approval_shows_the_facts_beside_the_call_while_it_waits(api, model):
+    call = waiting_refund(api, model)
+    reviewer = api.as_(REVIEWER)
+    shown = reviewer.get(f"/api/approvals/{call['id']}").json
+    assert set(shown) == CALL_KEYS | {"review"} and shown["input"] == REFUND
+    invoice, customer = shown["review"]["records"]
+    assert (invoice["kind"], invoice["id"], customer["kind"], customer["id"]) == ("invoice", 4471, "customer", 4471)
+    facts = {fact["label"]: fact["value"] for fact in invoice["facts"]}
+    assert facts["Total"] == "$129.00" and facts["Status"] == "paid" and facts["Left to refund"] == "$129.00"
+    assert shown["review"]["concerns"] == [] and shown["review"]["letter"] is None
+
+    reviewer.post(f"/api/approvals/{call['id']}", json={"decision": "reject", "reason": "no"})
+    assert reviewer.get(f"/api/approvals/{call['id']}").json["review"] is None
+    assert reviewer.get("/api/approvals/999999").status_code == 404
+
+
 def test_edits_are_checked_against_the_tools_schema_and_go_only_with_an_approval(api, model):
     call = waiting_refund(api, model)
     reviewer = api.as_(REVIEWER)

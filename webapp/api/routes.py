@@ -8,9 +8,11 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from werkzeug.exceptions import HTTPException
 
+from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
 from webapp.api.schemas import (
     ApprovalList,
+    ApprovalView,
     BudgetExtended,
     CancelRequested,
     ConversationState,
@@ -50,6 +52,9 @@ def _invalid_fields(exc: InvalidFields):
 @bp.errorhandler(Refused)
 def _api_error(exc: Refused):
     db.session.rollback()
+    if isinstance(exc, approvals.EditRefused):  # which argument to change, for programs
+        fields = [{"field": f"input.{name}" if name else "input", "problem": p} for name, p in exc.problems.items()]
+        return jsonify(error=exc.code, message=exc.message, fields=fields), exc.status
     return json_error(exc.status, exc.code, exc.message)
 
 
@@ -136,6 +141,14 @@ def extend_budget(conversation_id: int):
 def list_approvals():
     calls = db.session.scalars(approvals.pending(g.user).limit(200))
     return answer(ApprovalList(approvals=[ToolCallView.of(call) for call in calls]))
+
+
+@bp.get("/approvals/<int:tool_call_id>")
+@api_roles("reviewer")
+def get_approval(tool_call_id: int):
+    call = approvals.find_call(db.session, g.user, tool_call_id)
+    waiting = call.status == CallStatus.AWAITING_APPROVAL
+    return answer(ApprovalView.of_call(call, approvals.review(db.session, call) if waiting else None))
 
 
 @bp.post("/approvals/<int:tool_call_id>")

@@ -23,6 +23,7 @@ from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
 from webapp.models import Conversation, ToolCall
+from webapp.tools.registry import Review
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
 
@@ -329,6 +330,62 @@ class ToolCallView(BaseModel):
             task=TaskView.of(call),
             created_at=call.created_at,
         )
+
+
+class FactView(BaseModel):
+    label: str = Field(description='What it is, e.g. "Left to refund".')
+    value: str = Field(description='As people read it, e.g. "$89.00".')
+
+
+class RecordView(BaseModel):
+    kind: str = Field(description="The kind of record, as its argument names it without _id: invoice, customer.")
+    id: int
+    title: str = Field(description='e.g. "Invoice 4471".')
+    facts: list[FactView]
+
+
+class ConcernView(BaseModel):
+    field: str | None = Field(description="The argument to change, when one is to blame.")
+    message: str = Field(description="Why the call cannot succeed as asked, for people.")
+
+
+class LetterView(BaseModel):
+    to: str
+    subject: str
+    body: str
+
+
+class ReviewView(BaseModel):
+    """What the call's tool says about it now, read when asked (only while the call waits)."""
+
+    records: list[RecordView] = Field(description="The records the call would change, as they stand now.")
+    concerns: list[ConcernView] = Field(description="Why the call would fail as asked; empty when it would run.")
+    letter: LetterView | None = Field(description="The message a customer would get, for tools that send one.")
+
+    @classmethod
+    def of(cls, review: Review) -> ReviewView:
+        return cls(
+            records=[
+                RecordView(
+                    kind=r.kind, id=r.id, title=r.title, facts=[FactView(label=f.label, value=f.value) for f in r.facts]
+                )
+                for r in review.records
+            ],
+            concerns=[ConcernView(field=c.field, message=c.message) for c in review.concerns],
+            letter=LetterView(to=review.letter.to, subject=review.letter.subject, body=review.letter.body)
+            if review.letter
+            else None,
+        )
+
+
+class ApprovalView(ToolCallView):
+    """One call a reviewer may decide, with the facts beside it."""
+
+    review: ReviewView | None = Field(description="The facts beside the call while it waits; null once settled.")
+
+    @classmethod
+    def of_call(cls, call: ToolCall, review: Review | None) -> ApprovalView:
+        return cls(**ToolCallView.of(call).model_dump(), review=ReviewView.of(review) if review else None)
 
 
 class ApprovalList(BaseModel):
