@@ -52,7 +52,7 @@ def test_the_decision_page_shows_the_invoice_as_it_stands_beside_the_refund(app,
     html = page_text(session_as(app, "reviewer@acme.test"), f"/approvals/{call.id}")
     arguments = words(section(html, "call-arguments-shown"))
     assert "Amount $90.00" in arguments and "Reason late delivery" in arguments
-    assert 'href="#record-invoice-4471">Invoice 4471</a>' in html  # the id links to its facts
+    assert re.search(r'href="#record-invoice-4471"[^>]*>4471</a>', html)  # the id links to its facts
     invoice = words(section(html, "record-invoice-4471"))
     assert "Total $129.00" in invoice and "Status paid" in invoice
     assert "Refunded so far $0.00 (0 refunds)" in invoice and "Left to refund $129.00" in invoice
@@ -190,3 +190,48 @@ def test_a_card_names_every_approver_and_a_rejection_in_words(app, api, model):
         assert model_words not in chat
     decided = words(section(page_text(second, f"/approvals/{rejected.id}"), "decision-panel"))
     assert "Acme Corp reviewer rejected at" in decided and "rejectd" not in decided
+
+
+def test_after_a_decision_the_page_moves_to_the_next_call_the_reviewer_can_decide(app, api, model):
+    first, second = waiting_calls(api, model, refund(4471, 9000), refund(4401, 9000))
+    reviewer = session_as(app, "reviewer@acme.test")
+    page = page_text(reviewer, f"/approvals/{first.id}")
+    assert "Press a again to approve" in section(page, "approve-form")  # $90.00 is above the $50.00 rule
+    moved = reviewer.post(
+        f"/approvals/{first.id}/decide",
+        data={"decision": "approve", **form_token(page, "approve-form")},
+        headers={"HX-Request": "true"},
+    )
+    assert moved.status_code == 200 and moved.headers["HX-Redirect"] == f"/approvals/{second.id}"
+    landed = page_text(reviewer, moved.headers["HX-Redirect"])
+    assert "You approved Issue a refund" in landed and "Here is the oldest call still waiting for you." in landed
+
+    page = page_text(reviewer, f"/approvals/{second.id}")
+    last = reviewer.post(
+        f"/approvals/{second.id}/decide",
+        data={"decision": "reject", "reason": "duplicate", **form_token(page, "reject-form")},
+        headers={"HX-Request": "true"},
+    )
+    assert last.headers["HX-Redirect"] == "/approvals"
+    inbox = page_text(reviewer, "/approvals")
+    assert "You rejected Issue a refund" in inbox and "Nothing else waits for your decision." in inbox
+    assert "Nothing waits for a decision" in inbox
+
+
+def test_an_email_needs_no_confirming_key_and_the_next_call_skips_what_i_already_approved(app, api, model):
+    email = tool_use("send_email", {"customer_id": 4471, "subject": "Hi", "body": "Hello"})
+    refund_call, email_call = waiting_calls(api, model, refund(4471, 9000), email)
+    html = page_text(session_as(app, "reviewer@acme.test"), f"/approvals/{email_call.id}")
+    assert "data-confirm-key" not in html
+    db.session.execute(ToolCall.__table__.update().where(ToolCall.id == refund_call.id).values(approvals_required=2))
+    db.session.commit()
+    reviewer = session_as(app, "reviewer@acme.test")
+    page = page_text(reviewer, f"/approvals/{refund_call.id}")
+    recorded = reviewer.post(
+        f"/approvals/{refund_call.id}/decide",
+        data={"decision": "approve", **form_token(page, "approve-form")},
+        headers={"HX-Request": "true"},
+    )
+    assert recorded.headers["HX-Redirect"] == f"/approvals/{email_call.id}"  # not back to the refund
+    landed = words(page_text(reviewer, recorded.headers["HX-Redirect"]))
+    assert "Your approval of Issue a refund" in landed and "it needs 1 more approval from other reviewers." in landed

@@ -369,7 +369,9 @@ def test_a_refund_review_warns_when_the_refund_cannot_succeed_as_asked(registry,
         registry, session, "issue_refund", {"invoice_id": unpaid.id, "amount_cents": 100, "reason": "r"}
     ).concerns
     assert concern.field == "invoice_id" and "is open (unpaid); there is nothing to refund" in concern.message
-    elsewhere = review(registry, session, "issue_refund", {"invoice_id": GLOBEX_INVOICE, "amount_cents": 1, "reason": "r"})
+    elsewhere = review(
+        registry, session, "issue_refund", {"invoice_id": GLOBEX_INVOICE, "amount_cents": 1, "reason": "r"}
+    )
     assert elsewhere.records == () and elsewhere.concerns[0].message == f"No invoice {GLOBEX_INVOICE} in your account."
 
 

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from webapp.agent import decisions
 from webapp.agent.states import CallStatus
 from webapp.conversations import actions as conversations
-from webapp.models import Conversation, ToolCall, User
+from webapp.models import Conversation, Decision, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.registry import Review, ToolContext, input_concerns
@@ -34,6 +34,18 @@ def pending(user: User):
         select(ToolCall)
         .where(ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL)
         .order_by(ToolCall.created_at, ToolCall.id)
+    )
+
+
+def next_for(user: User) -> ToolCall | None:
+    """The oldest waiting call this person can still decide: not from their own conversation, not one
+    they already approved."""
+    mine = select(Decision.id).where(Decision.tool_call_id == ToolCall.id, Decision.reviewer_id == user.id)
+    return db.session.scalar(
+        pending(user)
+        .join(Conversation, Conversation.id == ToolCall.conversation_id)
+        .where(Conversation.user_id != user.id, ~mine.exists())
+        .limit(1)
     )
 
 

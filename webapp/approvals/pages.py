@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask import Blueprint, abort, flash, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy import Integer, cast, select
 
@@ -25,6 +25,7 @@ from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.presenting import changes, money, plural
 from webapp.tools.registry import Review
 from webapp.web import htmx
 from webapp.web.errors import Refused
@@ -141,6 +142,7 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
         "records": _record_ids(review),
         "edit_fields": editing.fields(tool, call.input, typed, errors) if tool and waiting else [],
         "edit_error": errors.get(None),
+        "confirm_approve": _confirm_approve(call),
         "arguments_hash": arguments_hash(call.input),
         "arguments_json": json.dumps(call.input, indent=2, ensure_ascii=False),
         "decisions": decisions,
@@ -151,6 +153,21 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
         "now": utcnow(),
         **neighbours,
     }
+
+
+def _confirm_approve(call: ToolCall) -> str | None:
+    """The question the `a` key asks before approving an amount above its policy's limit (a click on
+    the button needs no question: it is deliberate already)."""
+    policy, amount = call.policy or {}, call.input.get("amount_cents")
+    limit = policy.get("amount_threshold_cents")
+    if policy.get("mode") != "above_amount" or not isinstance(amount, int) or not isinstance(limit, int):
+        return None
+    if amount <= limit:
+        return None
+    return (
+        f"Approve {money(amount)}, above the {money(limit)} that needs a person? "
+        "Press a again to approve, any other key to cancel."
+    )
 
 
 def _record_ids(review: Review) -> dict[str, set[int]]:
@@ -233,15 +250,27 @@ def decide(tool_call_id: int):
         return _edit_refused(tool_call_id, typed, exc.problems)
     except Refused as exc:
         return _refused(tool_call_id, exc)
-    verb = {"approved": "Approved", "rejected": "Rejected", "awaiting_approval": "Approval recorded"}.get(
-        call.status, "Recorded"
+    following = approvals.next_for(current_user)
+    flash(_decided(call, following is not None), "info")
+    return htmx.go_to(url_for("approvals.show", tool_call_id=following.id) if following else url_for("approvals.index"))
+
+
+def _decided(call: ToolCall, more: bool) -> str:
+    """What the reviewer just did, in a sentence, and where they are taken next."""
+    tool = services().tools.get(call.name)
+    what = f"{tool.title if tool else call.name} #{call.id}"
+    if call.status == CallStatus.REJECTED:
+        done = f"You rejected {what}."
+    elif call.status == CallStatus.AWAITING_APPROVAL:
+        missing = max(call.approvals_required, 1) - len(approvals_so_far(db.session, call))
+        done = f"Your approval of {what} is recorded; it needs {plural(missing, 'more approval')} from other reviewers."
+    elif call.original_input is not None:
+        done = f"You approved {what} with changes: {changes(call.original_input, call.input)}."
+    else:
+        done = f"You approved {what}."
+    return done + (
+        " Here is the oldest call still waiting for you." if more else " Nothing else waits for your decision."
     )
-    flash(f"{verb}: {call.name} #{call.id}.", "info")
-    if htmx.is_htmx():
-        return render_template("approvals/_decision.html", **_panel_context(call))
-    following = db.session.scalar(approvals.pending(current_user).limit(1))
-    target = url_for("approvals.show", tool_call_id=following.id) if following else url_for("approvals.index")
-    return redirect(target, code=303)
 
 
 def _refused(tool_call_id: int, exc: Refused):
