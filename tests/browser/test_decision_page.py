@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.test_live_pages import ask
+from tests.browser.test_live_pages import REFRESH_PANEL, ask
 
 pytestmark = pytest.mark.slow
 
@@ -91,3 +91,20 @@ def test_after_a_decision_the_page_moves_to_the_next_call_and_a_second_key_confi
     reviewer.wait_for_timeout(300)
     expect(reviewer.locator("#approve-button")).to_be_visible()  # still waiting
     expect(reviewer.locator("#approvals-badge")).to_have_text("1")
+
+
+def test_a_live_refresh_of_the_panel_keeps_what_the_reviewer_is_typing(page_for, workers):
+    workers()
+    agent = page_for("agent@acme.test")
+    ask(agent, "Please refund $75 on invoice 4471, the delivery was late")
+    reviewer = page_for("reviewer@acme.test")
+    open_first_waiting_call(reviewer)
+    reviewer.get_by_text("Edit and approve").click()
+    reviewer.get_by_label("Amount ($)").fill("12.34")
+    reviewer.get_by_label("Reason (the model is told)").fill("half typed")
+    with reviewer.expect_response(re.compile(r"/panel$")):  # what a decision elsewhere in the tenant causes
+        reviewer.evaluate(REFRESH_PANEL)
+    reviewer.wait_for_timeout(200)  # settled
+    expect(reviewer.get_by_label("Amount ($)")).to_be_visible()
+    expect(reviewer.get_by_label("Amount ($)")).to_have_value("12.34")
+    expect(reviewer.get_by_label("Reason (the model is told)")).to_have_value("half typed")
