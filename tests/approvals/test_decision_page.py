@@ -175,7 +175,7 @@ def test_a_card_names_every_approver_and_a_rejection_in_words(app, api, model):
         reviewer.post(f"/approvals/{two.id}/decide", data={"decision": "approve", **form_token(page, "approve-form")})
         if reviewer is first:
             waiting = page_text(first, f"/approvals/{two.id}")
-            assert "it needs 1 more approval from other reviewers" in words(waiting)
+            assert "it needs 1 more approval from another reviewer" in words(waiting)
     page = page_text(first, f"/approvals/{rejected.id}")
     first.post(
         f"/approvals/{rejected.id}/decide",
@@ -234,4 +234,4 @@ def test_an_email_needs_no_confirming_key_and_the_next_call_skips_what_i_already
     )
     assert recorded.headers["HX-Redirect"] == f"/approvals/{email_call.id}"  # not back to the refund
     landed = words(page_text(reviewer, recorded.headers["HX-Redirect"]))
-    assert "Your approval of Issue a refund" in landed and "it needs 1 more approval from other reviewers." in landed
+    assert "Your approval of Issue a refund" in landed and "it needs 1 more approval from another reviewer." in landed

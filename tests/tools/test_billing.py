@@ -369,6 +369,10 @@ def test_a_refund_review_warns_when_the_refund_cannot_succeed_as_asked(registry,
         registry, session, "issue_refund", {"invoice_id": unpaid.id, "amount_cents": 100, "reason": "r"}
     ).concerns
     assert concern.field == "invoice_id" and "is open (unpaid); there is nothing to refund" in concern.message
+    (invoice, _customer) = review(
+        registry, session, "issue_refund", {"invoice_id": unpaid.id, "amount_cents": 100, "reason": "r"}
+    ).records
+    assert facts(invoice)["Left to refund"] == "nothing until it is paid"
     elsewhere = review(
         registry, session, "issue_refund", {"invoice_id": GLOBEX_INVOICE, "amount_cents": 1, "reason": "r"}
     )

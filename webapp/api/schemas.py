@@ -332,50 +332,41 @@ class ToolCallView(BaseModel):
         )
 
 
-class FactView(BaseModel):
+class _FromTool(BaseModel):
+    """A view of one of the tool registry's dataclasses (webapp.tools.registry.Review and its parts)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class FactView(_FromTool):
     label: str = Field(description='What it is, e.g. "Left to refund".')
     value: str = Field(description='As people read it, e.g. "$89.00".')
 
 
-class RecordView(BaseModel):
+class RecordView(_FromTool):
     kind: str = Field(description="The kind of record, as its argument names it without _id: invoice, customer.")
     id: int
     title: str = Field(description='e.g. "Invoice 4471".')
     facts: list[FactView]
 
 
-class ConcernView(BaseModel):
+class ConcernView(_FromTool):
     field: str | None = Field(description="The argument to change, when one is to blame.")
     message: str = Field(description="Why the call cannot succeed as asked, for people.")
 
 
-class LetterView(BaseModel):
+class LetterView(_FromTool):
     to: str
     subject: str
     body: str
 
 
-class ReviewView(BaseModel):
+class ReviewView(_FromTool):
     """What the call's tool says about it now, read when asked (only while the call waits)."""
 
     records: list[RecordView] = Field(description="The records the call would change, as they stand now.")
     concerns: list[ConcernView] = Field(description="Why the call would fail as asked; empty when it would run.")
     letter: LetterView | None = Field(description="The message a customer would get, for tools that send one.")
-
-    @classmethod
-    def of(cls, review: Review) -> ReviewView:
-        return cls(
-            records=[
-                RecordView(
-                    kind=r.kind, id=r.id, title=r.title, facts=[FactView(label=f.label, value=f.value) for f in r.facts]
-                )
-                for r in review.records
-            ],
-            concerns=[ConcernView(field=c.field, message=c.message) for c in review.concerns],
-            letter=LetterView(to=review.letter.to, subject=review.letter.subject, body=review.letter.body)
-            if review.letter
-            else None,
-        )
 
 
 class ApprovalView(ToolCallView):
@@ -385,7 +376,7 @@ class ApprovalView(ToolCallView):
 
     @classmethod
     def of_call(cls, call: ToolCall, review: Review | None) -> ApprovalView:
-        return cls(**ToolCallView.of(call).model_dump(), review=ReviewView.of(review) if review else None)
+        return cls(**ToolCallView.of(call).model_dump(), review=ReviewView.model_validate(review) if review else None)
 
 
 class ApprovalList(BaseModel):

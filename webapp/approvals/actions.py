@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -12,7 +11,7 @@ from webapp.conversations import actions as conversations
 from webapp.models import Conversation, Decision, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
-from webapp.tools.registry import Review, ToolContext, input_concerns
+from webapp.tools.registry import Review, ToolContext
 from webapp.web.errors import Refused
 
 MAX_REASON_CHARS = 2_000
@@ -77,14 +76,8 @@ def review(session: Session, call: ToolCall) -> Review:
 
 
 def edit_problems(session: Session, call: ToolCall, edited: dict) -> dict[str | None, str]:
-    """Why the tool would refuse these edited arguments, by argument; empty when it would run them."""
-    tool = services().tools.get(call.name)
-    if tool is None:
-        return {None: f"There is no tool {call.name} here any more; this call cannot be edited."}
-    try:
-        tool.Input.model_validate(edited)
-    except ValidationError as exc:
-        return {concern.field: concern.message for concern in input_concerns(exc)}
+    """Why the tool would refuse these edited arguments (its schema, then its own checks), by
+    argument; empty when it would run them."""
     concerns = services().tools.review(call.name, edited, _context(session, call)).concerns
     return {concern.field: concern.message for concern in concerns}
 
@@ -111,7 +104,9 @@ def decide(
     if arguments_seen is not None and not isinstance(arguments_seen, str):
         raise Refused(422, "invalid_field", "arguments_hash must be the hash string shown with the call.")
     call = find_call(session, reviewer, tool_call_id)
-    if edited_input is not None and decision == "approve" and call.status == CallStatus.AWAITING_APPROVAL:
+    editable = call.status == CallStatus.AWAITING_APPROVAL and decision == "approve"
+    own = session.get(Conversation, call.conversation_id).user_id == reviewer.id  # refused below: four-eyes
+    if edited_input is not None and editable and not own:
         problems = edit_problems(session, call, edited_input)
         if problems:
             raise EditRefused(problems)

@@ -25,7 +25,7 @@ from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
-from webapp.tools.presenting import changes, money, plural
+from webapp.tools.presenting import changes, money, more_approvals
 from webapp.tools.registry import Review
 from webapp.web import htmx
 from webapp.web.errors import Refused
@@ -134,6 +134,7 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
     waiting = call.status == CallStatus.AWAITING_APPROVAL
     review = approvals.review(db.session, call) if waiting else Review()
     errors = errors or {}
+    approved = len(approvals_so_far(db.session, call))
     return {
         "call": call,
         "tool": tool,
@@ -146,7 +147,8 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
         "arguments_hash": arguments_hash(call.input),
         "arguments_json": json.dumps(call.input, indent=2, ensure_ascii=False),
         "decisions": decisions,
-        "approvals": len(approvals_so_far(db.session, call)),
+        "approvals": approved,
+        "still_needed": more_approvals(max(call.approvals_required, 1) - approved),
         "decided_by": who(call.decided_by) if call.decided_by else None,
         "mine": any(d.reviewer_id == current_user.id for d in decisions),
         "own_conversation": db.session.get(Conversation, call.conversation_id).user_id == current_user.id,
@@ -263,7 +265,7 @@ def _decided(call: ToolCall, more: bool) -> str:
         done = f"You rejected {what}."
     elif call.status == CallStatus.AWAITING_APPROVAL:
         missing = max(call.approvals_required, 1) - len(approvals_so_far(db.session, call))
-        done = f"Your approval of {what} is recorded; it needs {plural(missing, 'more approval')} from other reviewers."
+        done = f"Your approval of {what} is recorded; it needs {more_approvals(missing)}."
     elif call.original_input is not None:
         done = f"You approved {what} with changes: {changes(call.original_input, call.input)}."
     else:

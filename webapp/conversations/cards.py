@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus
 from webapp.models import Decision, ToolCall
-from webapp.tools.presenting import Shown, arguments, changes, people, plural, result_rows
+from webapp.tools.presenting import Shown, arguments, changes, more_approvals, people, result_rows
 from webapp.tools.registry import OUTPUT_OPEN, RETRY_HINT, ToolRegistry, unwrap_output
+from webapp.web.rendering import pretty_json
 
 # The desk's notes to the model that may sit before a tool's own words in a result
 # (webapp/agent/wording.py): a person's edit is told to people by the decision sentence instead.
@@ -49,7 +50,7 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
         sentence = tool.result_sentence(data, call.input) if tool else None
         outcome = sentence or "Done."
         rows = result_rows(data)
-        raw = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) if fenced else None
+        raw = pretty_json(data) if fenced else None
     elif call.status == CallStatus.FAILED:
         outcome = f"Failed: {failure(call.result)}"
     return Card(
@@ -83,7 +84,7 @@ def decision_sentence(call: ToolCall, decisions: list[Decision]) -> str | None:
         sentence = f"Approved by {people([_with_reason(d) for d in approvals])}"
     if call.status == CallStatus.AWAITING_APPROVAL:
         missing = max(call.approvals_required, 1) - len(approvals)
-        sentence += f"; it needs {plural(missing, 'more approval')} from another reviewer"
+        sentence += f"; it needs {more_approvals(missing)}"
     return sentence + "."
 
 

@@ -388,7 +388,8 @@ def _describe_error(name: str, text: str) -> str:
         return f"Nothing was done for {name}, because no decision came in time."
     if text.startswith("Cancelled"):
         detail = _first_sentence(text.split(":", 1)[1]) if ":" in text else ""
-        return f"{name} was cancelled{f' ({detail})' if detail else ''}."
+        nothing = ", so nothing was done" if "Nothing was done" in text else ""
+        return f"{name} was cancelled{f' ({detail})' if detail else ''}{nothing}."
     reason = _first_sentence(unwrap_output(text).strip()) or "no details given"
     return f"{name} failed: {_brief(reason)}"
 

@@ -66,6 +66,14 @@ def _find_invoice(context: ToolContext, invoice_id: int, for_update: bool = Fals
     return context.session.scalar(query.with_for_update() if for_update else query)
 
 
+def _refundable_words(invoice: Invoice, remaining: int) -> str:
+    if invoice.status == "open":
+        return "nothing until it is paid"
+    if invoice.status == "void":
+        return "nothing: it is void"
+    return money(remaining)
+
+
 def customer_record(customer: Customer) -> Record:
     """A customer as a reviewer reads it."""
     facts = [Fact("Name", customer.name), Fact("Email", customer.email), Fact("Plan", customer.plan)]
@@ -265,7 +273,7 @@ class IssueRefund(Tool):
             Fact("Total", money(invoice.amount_cents)),
             Fact("Status", status),
             Fact("Refunded so far", f"{money(refunded)} ({plural(len(refunds), 'refund')})"),
-            Fact("Left to refund", money(remaining)),
+            Fact("Left to refund", _refundable_words(invoice, remaining)),
             Fact("Issued", invoice.issued_at.strftime("%Y-%m-%d")),
             Fact("Description", invoice.description or ""),
         )

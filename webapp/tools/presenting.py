@@ -127,6 +127,11 @@ def people(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def more_approvals(count: int) -> str:
+    """1 more approval from another reviewer; 2 more approvals from other reviewers."""
+    return f"{plural(count, 'more approval')} from {'another reviewer' if count == 1 else 'other reviewers'}"
+
+
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """1 approval, 2 approvals."""
     return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
