@@ -3,16 +3,19 @@
 // with data-confirm-key (an amount above its policy's limit) asks first: a second `a` approves,
 // any other key cancels.
 (function () {
-  var armed = null; // the approve button waiting for its confirming key
+  // The question (or "Not approved.") stays on screen across live refreshes of the panel; what is
+  // armed is the call (its form's action), not the button, which a refresh replaces.
+  var armed = null; // the action of the approve form waiting for its confirming key
+  var shown = ""; // what the confirming line says now
 
-  function confirmLine() { return document.getElementById("approve-confirm"); }
+  function approveButton() { return document.getElementById("approve-button"); }
 
-  function disarm(sentence) {
-    armed = null;
-    var line = confirmLine();
+  function say(sentence) {
+    shown = sentence || "";
+    var line = document.getElementById("approve-confirm");
     if (line) {
-      line.textContent = sentence || "";
-      line.hidden = !sentence;
+      line.textContent = shown;
+      line.hidden = !shown;
     }
   }
 
@@ -22,6 +25,15 @@
     if (window.htmx) htmx.process(button.form);
     button.click();
   }
+
+  document.addEventListener("htmx:afterSwap", function () {
+    var button = approveButton();
+    if (armed && !(button && button.form.action === armed && button.dataset.confirmKey)) {
+      armed = null; // decided elsewhere meanwhile: nothing left to confirm
+      shown = "";
+    }
+    if (shown) say(shown);
+  });
 
   function typing(target) {
     return target && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName));
@@ -45,15 +57,18 @@
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     var key = event.key;
+    if (["Shift", "Control", "Alt", "Meta", "CapsLock"].includes(key)) return;
+    if (!armed && shown) say(""); // "Not approved." has been read
     if (armed) {
-      if (["Shift", "Control", "Alt", "Meta", "CapsLock"].includes(key)) return;
       event.preventDefault();
-      var confirmed = armed;
-      if (key === "a" && document.body.contains(confirmed)) {
-        disarm();
-        approve(confirmed);
+      var current = approveButton();
+      var same = current && current.form.action === armed;
+      armed = null;
+      if (key === "a" && same) {
+        say("");
+        approve(current);
       } else {
-        disarm("Not approved.");
+        say("Not approved.");
       }
       return;
     }
@@ -65,14 +80,13 @@
       var selected = document.querySelector("[data-keyboard-list] tr.selected[data-href]");
       if (selected) { event.preventDefault(); window.location.assign(selected.dataset.href); }
     } else if (key === "a") {
-      var button = document.getElementById("approve-button");
+      var button = approveButton();
       if (button) {
         event.preventDefault();
         var question = button.dataset.confirmKey;
         if (!question) return approve(button);
-        armed = button;
-        var line = confirmLine();
-        if (line) { line.textContent = question; line.hidden = false; }
+        armed = button.form.action;
+        say(question);
       }
     } else if (key === "r") {
       var reason = document.getElementById("reject-reason");

@@ -203,6 +203,7 @@ def test_after_a_decision_the_page_moves_to_the_next_call_the_reviewer_can_decid
         headers={"HX-Request": "true"},
     )
     assert moved.status_code == 200 and moved.headers["HX-Redirect"] == f"/approvals/{second.id}"
+    reviewer.get(f"/approvals/{first.id}/panel", headers={"HX-Request": "true"})  # a live refresh, racing the move
     landed = page_text(reviewer, moved.headers["HX-Redirect"])
     assert "You approved Issue a refund" in landed and "Here is the oldest call still waiting for you." in landed
 

@@ -85,12 +85,20 @@ def test_after_a_decision_the_page_moves_to_the_next_call_and_a_second_key_confi
 
     reviewer.wait_for_load_state("load")
     reviewer.keyboard.press("a")
-    expect(reviewer.locator("#approve-confirm")).to_contain_text("Approve $75.00, above the $50.00")
+    question = reviewer.locator("#approve-confirm")
+    expect(question).to_contain_text("Approve $75.00, above the $50.00")
+    with reviewer.expect_response(re.compile(r"/panel$")):  # a live refresh between the two keys
+        reviewer.evaluate(REFRESH_PANEL)
+    expect(question).to_contain_text("Approve $75.00, above the $50.00")  # still asked
     reviewer.keyboard.press("Escape")
-    expect(reviewer.locator("#approve-confirm")).to_have_text("Not approved.")
-    reviewer.wait_for_timeout(300)
-    expect(reviewer.locator("#approve-button")).to_be_visible()  # still waiting
-    expect(reviewer.locator("#approvals-badge")).to_have_text("1")
+    expect(question).to_have_text("Not approved.")
+    expect(reviewer.locator("#approvals-badge")).to_have_text("1")  # still waiting
+
+    reviewer.keyboard.press("a")
+    expect(question).to_contain_text("Approve $75.00")
+    reviewer.keyboard.press("a")
+    expect(reviewer).to_have_url(re.compile(r"/approvals$"))
+    expect(reviewer.locator("#approval-list")).to_contain_text("Nothing waits for a decision")
 
 
 def test_a_live_refresh_of_the_panel_keeps_what_the_reviewer_is_typing(page_for, workers):
@@ -108,3 +116,22 @@ def test_a_live_refresh_of_the_panel_keeps_what_the_reviewer_is_typing(page_for,
     expect(reviewer.get_by_label("Amount ($)")).to_be_visible()
     expect(reviewer.get_by_label("Amount ($)")).to_have_value("12.34")
     expect(reviewer.get_by_label("Reason (the model is told)")).to_have_value("half typed")
+
+
+def test_a_live_refresh_while_a_decision_is_in_flight_does_not_cost_the_move(page_for, workers):
+    workers()
+    agent = page_for("agent@acme.test")
+    ask(agent, 'Email customer 4471 saying "Your refund is on its way"')
+    reviewer = page_for("reviewer@acme.test")
+    open_first_waiting_call(reviewer)
+
+    def refresh_then_send(route):
+        # the panel's own live refresh (what the decision's live signal makes), before the answer
+        reviewer.evaluate("htmx.trigger(document.body, 'htmx:sseOpen')")
+        reviewer.wait_for_timeout(300)
+        route.continue_()
+
+    reviewer.route(re.compile(r"/decide$"), refresh_then_send)
+    reviewer.get_by_role("button", name="Approve", exact=True).click()
+    expect(reviewer).to_have_url(re.compile(r"/approvals$"))
+    expect(reviewer.locator(".flash").first).to_contain_text("You approved Email a customer")

@@ -220,7 +220,7 @@ def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None)
 @bp.get("/<int:tool_call_id>/panel")
 @roles_required("reviewer")
 def panel(tool_call_id: int):
-    return render_template("approvals/_decision.html", **_panel_context(_call(tool_call_id)))
+    return render_template("approvals/_decision.html", live_refresh=True, **_panel_context(_call(tool_call_id)))
 
 
 @bp.post("/<int:tool_call_id>/decide")
