@@ -236,3 +236,19 @@ def test_an_email_needs_no_confirming_key_and_the_next_call_skips_what_i_already
     assert recorded.headers["HX-Redirect"] == f"/approvals/{email_call.id}"  # not back to the refund
     landed = words(page_text(reviewer, recorded.headers["HX-Redirect"]))
     assert "Your approval of Issue a refund" in landed and "it needs 1 more approval from another reviewer." in landed
+
+
+def test_a_call_that_failed_after_approval_says_why_in_words(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 999_999))
+    assert (
+        api.as_("reviewer@acme.test").post(f"/api/approvals/{call.id}", json={"decision": "approve"}).status_code == 200
+    )
+    carry_on(call)
+    why = "Failed: A refund of $9,999.99 is more than the $129.00 left to refund on invoice 4471 (total $129.00)."
+    decided = words(
+        section(page_text(session_as(app, "reviewer@acme.test"), f"/approvals/{call.id}"), "decision-panel")
+    )
+    assert "Decided by Acme Corp reviewer (reviewer@acme.test) at" in decided and why in decided
+    assert "the call has since" not in decided
+    chat = page_text(session_as(app, "agent@acme.test"), f"/conversations/{call.conversation_id}")
+    assert why in words(section(chat, f"tool-call-{call.id}"))
