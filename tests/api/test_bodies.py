@@ -262,6 +262,65 @@ def test_approving_with_edits_through_the_api_runs_the_tool_with_the_edited_argu
     assert decision.edited_input == edited
 
 
+def test_an_edit_sent_as_input_runs_the_tool_with_the_edited_amount(api, model):
+    call = waiting_refund(api, model)
+    edited = {**REFUND, "amount_cents": 4000}
+    decided = api.as_(REVIEWER).post(
+        f"/api/approvals/{call['id']}", json={"decision": "approve", "input": edited, "reason": "partial"}
+    )
+    assert decided.status_code == 200, decided.json
+    assert decided.json["input"] == edited
+
+    model.enqueue(Reply.message(reply(text("Done."))))
+    conversation = db.session.get(Conversation, call["conversation_id"])
+    assert services().loop(db.session, conversation).complete() == "completed"
+    db.session.remove()
+    assert [r.amount_cents for r in db.session.scalars(select(Refund))] == [4000]
+    (shown,) = api.as_(AGENT).get(f"/api/conversations/{call['conversation_id']}").json["tool_calls"]
+    assert shown["status"] == "succeeded" and shown["input"]["amount_cents"] == 4000
+    assert '"amount_cents": 4000' in shown["result"]
+
+
+def test_a_decision_with_a_field_it_does_not_know_is_refused_not_ignored(api, model):
+    call = waiting_refund(api, model)
+    url = f"/api/approvals/{call['id']}"
+    reviewer = api.as_(REVIEWER)
+    assert_refused(reviewer.post(url, json={"decision": "approve", "edits": {**REFUND, "amount_cents": 4000}}), "edits")
+    both = reviewer.post(url, json={"decision": "approve", "input": REFUND, "edited_input": REFUND})
+    assert_refused(both, "edited_input")
+    assert 'send only "input"' in both.json["message"]
+    assert db.session.scalar(select(func.count(Decision.id))) == 0
+    assert db.session.get(ToolCall, call["id"]).status == "awaiting_approval"
+
+
+def test_an_edit_the_tool_would_refuse_is_a_422_naming_the_argument_and_why(api, model):
+    call = waiting_refund(api, model)
+    refused = api.as_(REVIEWER).post(
+        f"/api/approvals/{call['id']}", json={"decision": "approve", "input": {**REFUND, "amount_cents": 999_999}}
+    )
+    assert refused.status_code == 422 and refused.json["error"] == "invalid_input"
+    problem = "A refund of $9,999.99 is more than the $129.00 left to refund on invoice 4471 (total $129.00)."
+    assert refused.json["fields"] == [{"field": "input.amount_cents", "problem": problem}]
+    assert refused.json["message"] == problem + " Nothing was approved."
+    assert db.session.scalar(select(func.count(Decision.id))) == 0
+
+
+def test_one_approval_shows_the_facts_beside_the_call_while_it_waits(api, model):
+    call = waiting_refund(api, model)
+    reviewer = api.as_(REVIEWER)
+    shown = reviewer.get(f"/api/approvals/{call['id']}").json
+    assert set(shown) == CALL_KEYS | {"review"} and shown["input"] == REFUND
+    invoice, customer = shown["review"]["records"]
+    assert (invoice["kind"], invoice["id"], customer["kind"], customer["id"]) == ("invoice", 4471, "customer", 4471)
+    facts = {fact["label"]: fact["value"] for fact in invoice["facts"]}
+    assert facts["Total"] == "$129.00" and facts["Status"] == "paid" and facts["Left to refund"] == "$129.00"
+    assert shown["review"]["concerns"] == [] and shown["review"]["letter"] is None
+
+    reviewer.post(f"/api/approvals/{call['id']}", json={"decision": "reject", "reason": "no"})
+    assert reviewer.get(f"/api/approvals/{call['id']}").json["review"] is None
+    assert reviewer.get("/api/approvals/999999").status_code == 404
+
+
 def test_edits_are_checked_against_the_tools_schema_and_go_only_with_an_approval(api, model):
     call = waiting_refund(api, model)
     reviewer = api.as_(REVIEWER)

@@ -70,13 +70,14 @@ def test_inbox_filters_narrow_the_list_and_bad_values_say_so(app, api, model):
 
 def test_the_decision_page_shows_the_arguments_the_rule_and_the_conversation(app, api, model):
     (call,) = waiting_calls(api, model, refund(4471, 9000), message="refund the late one")
+    viewed_before = db.session.scalar(select(func.count(AuditEvent.id)).where(AuditEvent.action == "approval_viewed"))
     html = unescape(session_as(app, "reviewer@acme.test").get(f"/approvals/{call.id}").get_data(as_text=True))
     assert '"amount_cents": 9000' in html
     assert "Flagged by policy v0: issue_refund calls above $50.00 need one approval" in html
     assert "refund the late one" in html  # what the support agent asked
     assert 'id="approve-button"' in html and 'id="reject-reason"' in html
     viewed = db.session.scalar(select(func.count(AuditEvent.id)).where(AuditEvent.action == "approval_viewed"))
-    assert viewed == 1
+    assert viewed == viewed_before + 1  # the audit log outlives each test's data
 
 
 def test_approving_on_the_page_moves_on_and_a_stale_tab_hears_who_decided(app, api, model):
@@ -100,7 +101,7 @@ def test_approving_on_the_page_moves_on_and_a_stale_tab_hears_who_decided(app, a
     assert db.session.get(ToolCall, call.id).status == "approved"
 
 
-def test_rejecting_needs_a_reason_and_an_edit_needs_valid_json(app, api, model):
+def test_rejecting_needs_a_reason(app, api, model):
     (call,) = waiting_calls(api, model, refund(4471, 9000))
     reviewer = session_as(app, "reviewer@acme.test")
     page = reviewer.get(f"/approvals/{call.id}").get_data(as_text=True)
@@ -110,22 +111,6 @@ def test_rejecting_needs_a_reason_and_an_edit_needs_valid_json(app, api, model):
         data={"decision": "reject", "reason": " ", **form_token(page, "reject-form")},
     )
     assert no_reason.status_code == 422 and "Say why you reject this call" in no_reason.get_data(as_text=True)
-    broken = reviewer.post(
-        f"/approvals/{call.id}/decide",
-        headers={"HX-Request": "true"},
-        data={"decision": "edit", "edited_input": "{nope", **form_token(page, "edit-form")},
-    )
-    assert broken.status_code == 422 and "not valid JSON" in broken.get_data(as_text=True)
-    wrong = reviewer.post(
-        f"/approvals/{call.id}/decide",
-        headers={"HX-Request": "true"},
-        data={
-            "decision": "edit",
-            "edited_input": '{"invoice_id": 4471, "amount_cents": "lots"}',
-            **form_token(page, "edit-form"),
-        },
-    )
-    assert wrong.status_code == 422 and "amount_cents" in wrong.get_data(as_text=True)
     assert db.session.scalar(select(func.count(Decision.id))) == 0
 
 

@@ -56,10 +56,17 @@ def test_a_reviewer_approves_in_another_browser_and_the_agents_page_shows_the_an
     expect(reviewer.locator("#approvals-badge")).to_have_text("1")
     reviewer.locator(".mainnav a", has_text="Approvals").click()
     reviewer.locator("#approval-list a").first.click()
-    expect(reviewer.locator("#call-arguments")).to_contain_text('"amount_cents": 6000')
+    expect(reviewer.locator("#call-arguments-shown")).to_contain_text("$60.00")
     reviewer.wait_for_load_state("load")  # the shortcuts' script has run
-    reviewer.keyboard.press("a")  # the keyboard shortcut approves
-    expect(reviewer.locator("#decision-panel .settled")).to_contain_text("approved")
+    reviewer.keyboard.press("a")  # above the policy's amount, the shortcut asks first
+    expect(reviewer.locator("#approve-confirm")).to_contain_text(
+        "Approve $60.00, above the $50.00 that needs a person?"
+    )
+    reviewer.keyboard.press("a")  # ... and the second key approves
+    # the page moves on: nothing else waits, so the inbox says so
+    expect(reviewer).to_have_url(re.compile(r"/approvals$"))
+    expect(reviewer.locator(".flash").first).to_contain_text("You approved Issue a refund")
+    expect(reviewer.locator("#approval-list")).to_contain_text("Nothing waits for a decision")
     expect(reviewer.locator("#approvals-badge")).to_have_text("0")
 
     # The agent never reloads: the card and the model's final answer arrive live.
@@ -96,19 +103,21 @@ def test_a_decision_taken_elsewhere_removes_the_buttons_from_an_open_decision_pa
     expect(reviewer.locator(".settled")).to_contain_text("Decided by Acme Corp reviewer2")
 
 
-def test_the_approve_shortcut_right_after_a_panel_refresh_still_decides_in_place(page_for, workers):
+def test_the_approve_shortcut_right_after_a_panel_refresh_still_decides_through_htmx(page_for, workers):
     """A live refresh swaps the panel in and htmx wires it up only at settle; a key pressed in
-    between must not fall back to a full-page form post that leaves the page."""
+    between must not fall back to a full-page form post."""
     reviewer = refund_waiting_on_a_reviewers_page(page_for, workers)
     reviewer.wait_for_load_state("load")
-    decision_url = reviewer.url
     reviewer.evaluate("htmx.config.defaultSettleDelay = 5000")  # widen the window a person hits by luck
     with reviewer.expect_response(re.compile(r"/panel$")):  # a live refresh of the panel, as htmx makes it
         reviewer.evaluate(REFRESH_PANEL)
     reviewer.wait_for_timeout(100)  # swapped, not yet settled
-    reviewer.keyboard.press("a")
-    expect(reviewer.locator("#decision-panel .settled")).to_contain_text("approved")
-    assert reviewer.url == decision_url
+    with reviewer.expect_request(re.compile(r"/decide$")) as decided:
+        reviewer.keyboard.press("a")
+        reviewer.keyboard.press("a")  # the confirming key: $60 is above the policy's $50
+    assert decided.value.headers.get("hx-request") == "true"
+    expect(reviewer).to_have_url(re.compile(r"/approvals$"))
+    expect(reviewer.locator(".flash").first).to_contain_text("You approved Issue a refund")
 
 
 def test_streamed_text_appears_before_the_model_call_ends(page_for, workers, model):

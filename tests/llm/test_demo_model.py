@@ -237,9 +237,49 @@ def test_results_are_summarised_one_line_each_including_a_declined_and_an_expire
     lines = text_of(answer).splitlines()
     assert lines[1:] == [
         "- Refund re_9 of $20.00 issued on invoice 4471.",
-        "- A person declined send_email (the customer already got a credit), so I have not done it and won't retry.",
+        "- A person declined send_email (the customer already got a credit), so I have not done it.",
         "- Nothing was done for delete_account, because no decision came in time.",
     ]
+
+
+def test_an_edited_refund_is_told_with_the_amount_that_was_really_refunded():
+    from webapp.agent import wording
+
+    client = demo_client()
+    history = [{"role": "user", "content": "refund $75 on invoice 4471"}]
+    first = ask(client, history)
+    (asked,) = [use.input for use in tool_uses(first)]
+    ran = {**asked, "amount_cents": 4000}
+    output = {"refund_id": 3, "invoice_id": 4471, "amount_cents": 4000, "remaining_refundable_cents": 8900}
+    note = wording.edited_note("Acme Corp reviewer (reviewer@acme.test)", asked, ran)
+    result = note + wrap_output("issue_refund", output, 8000)
+    history += [first.to_param(), results_for(first, lambda *_: (result, False))]
+    answer = text_of(ask(client, history))
+    assert answer == (
+        "Refund 3 of $40.00 issued on invoice 4471. Acme Corp reviewer changed the amount from $75.00 to $40.00 "
+        "before approving."
+    )
+
+
+def test_the_desks_instructions_to_the_model_are_never_repeated_to_people():
+    from webapp.agent import wording
+
+    client = demo_client()
+    history = [{"role": "user", "content": "refund $75 on invoice 4471 and email customer 4471"}]
+    first = ask(client, history)
+    outcomes = {
+        "issue_refund": (
+            wording.RESULT_REJECTED.format(who="Acme Corp reviewer (r@acme.test)", reason="too much"),
+            True,
+        ),
+        "send_email": ("Invalid input for send_email: body: Field required. Fix the arguments and call again.", True),
+    }
+    history += [first.to_param(), results_for(first, lambda name, _input: outcomes[name])]
+    answer = text_of(ask(client, history))
+    assert "A person declined issue_refund (too much), so I have not done it." in answer
+    assert "send_email failed: Invalid input for send_email: body: Field required" in answer
+    for instruction in ("Do not retry", "retry", "Fix the arguments", "call again", "Nothing was done. "):
+        assert instruction not in answer
 
 
 def test_lookup_results_are_described_with_their_details():
@@ -397,7 +437,7 @@ def test_a_whole_conversation_over_http(model_server, stream):
 
     assert [u.name for u in tool_uses(first) + tool_uses(second)] == ["lookup_invoices", "issue_refund"]
     assert tool_uses(second)[0].input["amount_cents"] == 3300
-    assert text_of(third) == "A person declined issue_refund (too large), so I have not done it and won't retry."
+    assert text_of(third) == "A person declined issue_refund (too large), so I have not done it."
     assert len(model_server.requests) == 3 and model_server.invalid_requests == []
     assert [bool(r.get("stream")) for r in model_server.requests] == [stream] * 3
 

@@ -122,10 +122,10 @@ def test_delete_account_closes_and_cancels_then_is_idempotent(registry, session)
 
 def test_refund_over_the_refundable_amount_is_refused(registry, session):
     out = run(registry, session, "issue_refund", {"invoice_id": 4471, "amount_cents": 12_901, "reason": "r"})
-    assert out.is_error and "12900" in out.content
+    assert out.is_error and "more than the $129.00 left to refund on invoice 4471" in out.content
     data(run(registry, session, "issue_refund", {"invoice_id": 4471, "amount_cents": 12_000, "reason": "r"}))
     out = run(registry, session, "issue_refund", {"invoice_id": 4471, "amount_cents": 901, "reason": "r"})
-    assert out.is_error and "900" in out.content
+    assert out.is_error and "A refund of $9.01 is more than the $9.00 left" in out.content
     assert count(session, Refund) == 1
 
 
@@ -332,3 +332,63 @@ def test_seed_plants_customer_and_invoice_4471(session):
     assert min(amounts) >= 1_500 and max(amounts) <= 120_000
     per_customer = session.execute(select(Invoice.customer_id, func.count()).group_by(Invoice.customer_id)).all()
     assert len(per_customer) == 16 and all(3 <= n <= 6 for _, n in per_customer)
+
+
+# --- what a reviewer is told before a call runs ---------------------------------------------------
+
+
+def review(registry: ToolRegistry, session: Session, name: str, raw: dict, email: str = "agent@acme.test"):
+    return registry.review(name, raw, context_for(session, email))
+
+
+def facts(record) -> dict:
+    return {fact.label: fact.value for fact in record.facts}
+
+
+def test_a_refund_review_shows_the_invoice_as_it_is_now_and_what_is_left(registry, session):
+    data(run(registry, session, "issue_refund", {"invoice_id": 4471, "amount_cents": 2_900, "reason": "r"}))
+    seen = review(registry, session, "issue_refund", {"invoice_id": 4471, "amount_cents": 4_000, "reason": "r"})
+    invoice, customer = seen.records
+    assert (invoice.title, customer.title) == ("Invoice 4471", "Customer 4471")
+    shown = facts(invoice)
+    assert shown["Total"] == "$129.00" and shown["Status"] == "paid"
+    assert shown["Refunded so far"] == "$29.00 (1 refund)" and shown["Left to refund"] == "$100.00"
+    assert facts(customer)["Email"] == "jordan.ellis@example.com"
+    assert seen.concerns == ()
+
+
+def test_a_refund_review_warns_when_the_refund_cannot_succeed_as_asked(registry, session):
+    too_much = review(registry, session, "issue_refund", {"invoice_id": 4471, "amount_cents": 999_999, "reason": "r"})
+    (concern,) = too_much.concerns
+    assert concern.field == "amount_cents"
+    assert concern.message == (
+        "A refund of $9,999.99 is more than the $129.00 left to refund on invoice 4471 (total $129.00)."
+    )
+    unpaid = session.scalar(select(Invoice).where(Invoice.customer_id == 4471, Invoice.status == "open"))
+    (concern,) = review(
+        registry, session, "issue_refund", {"invoice_id": unpaid.id, "amount_cents": 100, "reason": "r"}
+    ).concerns
+    assert concern.field == "invoice_id" and "is open (unpaid); there is nothing to refund" in concern.message
+    (invoice, _customer) = review(
+        registry, session, "issue_refund", {"invoice_id": unpaid.id, "amount_cents": 100, "reason": "r"}
+    ).records
+    assert facts(invoice)["Left to refund"] == "nothing until it is paid"
+    elsewhere = review(
+        registry, session, "issue_refund", {"invoice_id": GLOBEX_INVOICE, "amount_cents": 1, "reason": "r"}
+    )
+    assert elsewhere.records == () and elsewhere.concerns[0].message == f"No invoice {GLOBEX_INVOICE} in your account."
+
+
+def test_an_email_review_shows_the_email_the_customer_would_get(registry, session):
+    seen = review(registry, session, "send_email", {"customer_id": 4471, "subject": "Hello", "body": "Your refund."})
+    assert seen.letter.to == "Jordan Ellis <jordan.ellis@example.com>"
+    assert (seen.letter.subject, seen.letter.body) == ("Hello", "Your refund.")
+
+
+def test_closing_an_account_review_lists_what_is_still_open(registry, session):
+    (customer,) = review(registry, session, "delete_account", {"customer_id": 4471, "reason": "asked"}).records
+    shown = facts(customer)
+    assert shown["Active subscriptions (cancelled by closing)"].startswith("standard, $")
+    assert shown["Unpaid invoices (stay open)"].startswith("invoice ")
+    closed = review(registry, session, "delete_account", {"customer_id": 4473, "reason": "again"})
+    assert "already closed" in closed.concerns[0].message

@@ -49,6 +49,7 @@ EXPECTED = {
     "api.give_input": STEERING,
     "api.extend_budget": {"reviewer", "admin"},
     "api.list_approvals": {"reviewer"},
+    "api.get_approval": {"reviewer"},
     "api.decide_approval": {"reviewer"},
     "metrics.metrics": {"admin"},  # or Prometheus with the METRICS_TOKEN (tests/test_metrics.py)
 }
@@ -194,6 +195,7 @@ def test_another_tenant_sees_nothing_of_acme(app, api, sample):
     assert api.as_("agent@globex.test").get(f"/api/conversations/{conversation_id}").status_code == 404
     reviewer = api.as_("reviewer@globex.test")
     assert reviewer.get("/api/approvals").json == {"approvals": []}
+    assert reviewer.get(f"/api/approvals/{sample['tool_call_id']}").status_code == 404
     decided = reviewer.post(f"/api/approvals/{sample['tool_call_id']}", json={"decision": "approve"})
     assert decided.status_code == 404
     assert db.session.get(ToolCall, sample["tool_call_id"]).status == "awaiting_approval"

@@ -8,9 +8,11 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from werkzeug.exceptions import HTTPException
 
+from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
 from webapp.api.schemas import (
     ApprovalList,
+    ApprovalView,
     BudgetExtended,
     CancelRequested,
     ConversationState,
@@ -50,6 +52,9 @@ def _invalid_fields(exc: InvalidFields):
 @bp.errorhandler(Refused)
 def _api_error(exc: Refused):
     db.session.rollback()
+    if isinstance(exc, approvals.EditRefused):  # which argument to change, for programs
+        fields = [{"field": f"input.{name}" if name else "input", "problem": p} for name, p in exc.problems.items()]
+        return jsonify(error=exc.code, message=exc.message, fields=fields), exc.status
     return json_error(exc.status, exc.code, exc.message)
 
 
@@ -138,6 +143,14 @@ def list_approvals():
     return answer(ApprovalList(approvals=[ToolCallView.of(call) for call in calls]))
 
 
+@bp.get("/approvals/<int:tool_call_id>")
+@api_roles("reviewer")
+def get_approval(tool_call_id: int):
+    call = approvals.find_call(db.session, g.user, tool_call_id)
+    waiting = call.status == CallStatus.AWAITING_APPROVAL
+    return answer(ApprovalView.of_call(call, approvals.review(db.session, call) if waiting else None))
+
+
 @bp.post("/approvals/<int:tool_call_id>")
 @api_roles("reviewer")
 def decide_approval(tool_call_id: int):
@@ -149,7 +162,7 @@ def decide_approval(tool_call_id: int):
         sent.decision,
         sent.reason,
         arguments_seen=sent.arguments_hash,
-        edited_input=sent.edited_input,
+        edited_input=sent.edited(),
     )
     return answer(ToolCallView.of(call))
 

@@ -23,6 +23,7 @@ from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
 from webapp.models import Conversation, ToolCall
+from webapp.tools.registry import Review
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
 
@@ -107,17 +108,31 @@ class DecideApproval(RequestBody):
         ),
         Rule("must be the arguments_hash string shown with the call, or null"),
     ] = None
-    edited_input: Annotated[
+    input: Annotated[
         dict[str, Any] | None,
         Field(
             description=(
-                'Edit and approve: the arguments the tool should run with instead of the model\'s (with "approve" '
-                "only). They are checked against the tool's input schema; the model is told who changed what."
+                'Edit and approve: the arguments the tool runs with instead of the model\'s (with "approve" '
+                "only). They are checked against the tool's input schema and its own checks (a refund above what "
+                "is left on the invoice is refused); the model is told who changed what."
             ),
             examples=[{"invoice_id": 4471, "amount_cents": 5000, "reason": "late delivery"}],
         ),
         Rule("must be a JSON object of the tool's arguments, or null"),
     ] = None
+    edited_input: Annotated[
+        dict[str, Any] | None,
+        Field(description="The earlier name of `input`, still accepted; send one or the other, not both."),
+        Rule("must be a JSON object of the tool's arguments, or null"),
+    ] = None
+
+    def edited(self) -> dict[str, Any] | None:
+        """The edited arguments, under either name; 422 naming both when both are sent."""
+        if self.input is not None and self.edited_input is not None:
+            raise InvalidFields(
+                [FieldProblem(field="edited_input", problem='is the earlier name of "input"; send only "input"')], []
+            )
+        return self.input if self.input is not None else self.edited_input
 
 
 class GiveInput(RequestBody):
@@ -315,6 +330,53 @@ class ToolCallView(BaseModel):
             task=TaskView.of(call),
             created_at=call.created_at,
         )
+
+
+class _FromTool(BaseModel):
+    """A view of one of the tool registry's dataclasses (webapp.tools.registry.Review and its parts)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class FactView(_FromTool):
+    label: str = Field(description='What it is, e.g. "Left to refund".')
+    value: str = Field(description='As people read it, e.g. "$89.00".')
+
+
+class RecordView(_FromTool):
+    kind: str = Field(description="The kind of record, as its argument names it without _id: invoice, customer.")
+    id: int
+    title: str = Field(description='e.g. "Invoice 4471".')
+    facts: list[FactView]
+
+
+class ConcernView(_FromTool):
+    field: str | None = Field(description="The argument to change, when one is to blame.")
+    message: str = Field(description="Why the call cannot succeed as asked, for people.")
+
+
+class LetterView(_FromTool):
+    to: str
+    subject: str
+    body: str
+
+
+class ReviewView(_FromTool):
+    """What the call's tool says about it now, read when asked (only while the call waits)."""
+
+    records: list[RecordView] = Field(description="The records the call would change, as they stand now.")
+    concerns: list[ConcernView] = Field(description="Why the call would fail as asked; empty when it would run.")
+    letter: LetterView | None = Field(description="The message a customer would get, for tools that send one.")
+
+
+class ApprovalView(ToolCallView):
+    """One call a reviewer may decide, with the facts beside it."""
+
+    review: ReviewView | None = Field(description="The facts beside the call while it waits; null once settled.")
+
+    @classmethod
+    def of_call(cls, call: ToolCall, review: Review | None) -> ApprovalView:
+        return cls(**ToolCallView.of(call).model_dump(), review=ReviewView.model_validate(review) if review else None)
 
 
 class ApprovalList(BaseModel):

@@ -8,13 +8,23 @@ from sqlalchemy.orm import Session
 from webapp.agent import decisions
 from webapp.agent.states import CallStatus
 from webapp.conversations import actions as conversations
-from webapp.models import Conversation, ToolCall, User
+from webapp.models import Conversation, Decision, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.registry import Review, ToolContext
 from webapp.web.errors import Refused
 
 MAX_REASON_CHARS = 2_000
 DECISION_STATUS = {"not_allowed": 403, "reason_required": 422, "invalid_input": 422}
+
+
+class EditRefused(Refused):
+    """Edited arguments the tool would refuse; `problems` says what is wrong, by argument (None: the
+    arguments as a whole)."""
+
+    def __init__(self, problems: dict[str | None, str]) -> None:
+        super().__init__(422, "invalid_input", " ".join(problems.values()) + " Nothing was approved.")
+        self.problems = problems
 
 
 def pending(user: User):
@@ -23,6 +33,18 @@ def pending(user: User):
         select(ToolCall)
         .where(ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL)
         .order_by(ToolCall.created_at, ToolCall.id)
+    )
+
+
+def next_for(user: User) -> ToolCall | None:
+    """The oldest waiting call this person can still decide: not from their own conversation, not one
+    they already approved."""
+    mine = select(Decision.id).where(Decision.tool_call_id == ToolCall.id, Decision.reviewer_id == user.id)
+    return db.session.scalar(
+        pending(user)
+        .join(Conversation, Conversation.id == ToolCall.conversation_id)
+        .where(Conversation.user_id != user.id, ~mine.exists())
+        .limit(1)
     )
 
 
@@ -40,6 +62,24 @@ def find_call(session: Session, user: User, tool_call_id: int) -> ToolCall:
     if call is None:
         raise Refused(404, "not_found", f"No tool call {tool_call_id} in your account.")
     return call
+
+
+def _context(session: Session, call: ToolCall) -> ToolContext:
+    """The call's tool context for reading: as the person the call acts for, in their tenant."""
+    return ToolContext(session, call.acting_user_id, call.tenant_id, call.id, f"toolcall-{call.id}")
+
+
+def review(session: Session, call: ToolCall) -> Review:
+    """What the call's tool says about it now, for its reviewer: the records it would change, and why
+    it would fail as asked."""
+    return services().tools.review(call.name, call.input, _context(session, call))
+
+
+def edit_problems(session: Session, call: ToolCall, edited: dict) -> dict[str | None, str]:
+    """Why the tool would refuse these edited arguments (its schema, then its own checks), by
+    argument; empty when it would run them."""
+    concerns = services().tools.review(call.name, edited, _context(session, call)).concerns
+    return {concern.field: concern.message for concern in concerns}
 
 
 def decide(
@@ -64,6 +104,12 @@ def decide(
     if arguments_seen is not None and not isinstance(arguments_seen, str):
         raise Refused(422, "invalid_field", "arguments_hash must be the hash string shown with the call.")
     call = find_call(session, reviewer, tool_call_id)
+    editable = call.status == CallStatus.AWAITING_APPROVAL and decision == "approve"
+    own = session.get(Conversation, call.conversation_id).user_id == reviewer.id  # refused below: four-eyes
+    if edited_input is not None and editable and not own:
+        problems = edit_problems(session, call, edited_input)
+        if problems:
+            raise EditRefused(problems)
     seen = arguments_seen or decisions.arguments_hash(call.input)
     asked = call.input
     try:

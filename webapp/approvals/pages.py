@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask import Blueprint, abort, flash, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy import Integer, cast, select
 
@@ -19,10 +19,14 @@ from webapp import audit_chain
 from webapp.agent.decisions import approvals_so_far, arguments_hash, who
 from webapp.agent.states import CallStatus
 from webapp.approvals import actions as approvals
+from webapp.approvals import editing
+from webapp.conversations.cards import card, decisions_by_call
 from webapp.conversations.transcript import transcript
-from webapp.models import Conversation, Decision, ToolCall, User, utcnow
+from webapp.models import Conversation, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.presenting import changes, money, more_approvals
+from webapp.tools.registry import Review
 from webapp.web import htmx
 from webapp.web.errors import Refused
 from webapp.web.pagination import BadCursor, Page, keyset_page
@@ -121,22 +125,59 @@ def _call(tool_call_id: int) -> ToolCall:
         abort(exc.status, description=exc.message)
 
 
-def _panel_context(call: ToolCall) -> dict:
-    decisions = list(db.session.scalars(select(Decision).where(Decision.tool_call_id == call.id).order_by(Decision.id)))
+def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | None = None) -> dict:
+    """What the decision panel shows: the call in words, the facts its tool reads now, the edit form
+    (with what the reviewer typed and what is wrong with it, after a refused edit)."""
+    decisions = decisions_by_call(db.session, [call])[call.id]
     neighbours = _neighbours(call)
+    tool = services().tools.get(call.name)
+    waiting = call.status == CallStatus.AWAITING_APPROVAL
+    review = approvals.review(db.session, call) if waiting else Review()
+    errors = errors or {}
+    approved = len(approvals_so_far(db.session, call))
     return {
         "call": call,
-        "tool": services().tools.get(call.name),
+        "tool": tool,
+        "card": card(call, decisions, services().tools),
+        "review": review,
+        "records": _record_ids(review),
+        "edit_fields": editing.fields(tool, call.input, typed, errors) if tool and waiting else [],
+        "edit_error": errors.get(None),
+        "confirm_approve": _confirm_approve(call),
         "arguments_hash": arguments_hash(call.input),
         "arguments_json": json.dumps(call.input, indent=2, ensure_ascii=False),
         "decisions": decisions,
-        "approvals": len(approvals_so_far(db.session, call)),
+        "approvals": approved,
+        "still_needed": more_approvals(max(call.approvals_required, 1) - approved),
         "decided_by": who(call.decided_by) if call.decided_by else None,
         "mine": any(d.reviewer_id == current_user.id for d in decisions),
         "own_conversation": db.session.get(Conversation, call.conversation_id).user_id == current_user.id,
         "now": utcnow(),
         **neighbours,
     }
+
+
+def _confirm_approve(call: ToolCall) -> str | None:
+    """The question the `a` key asks before approving an amount above its policy's limit (a click on
+    the button needs no question: it is deliberate already)."""
+    policy, amount = call.policy or {}, call.input.get("amount_cents")
+    limit = policy.get("amount_threshold_cents")
+    if policy.get("mode") != "above_amount" or not isinstance(amount, int) or not isinstance(limit, int):
+        return None
+    if amount <= limit:
+        return None
+    return (
+        f"Approve {money(amount)}, above the {money(limit)} that needs a person? "
+        "Press a again to approve, any other key to cancel."
+    )
+
+
+def _record_ids(review: Review) -> dict[str, set[int]]:
+    """The records shown beside the call, by kind, so its arguments can link to them."""
+    shown: dict[str, set[int]] = {}
+    for record in review.records:
+        shown.setdefault(record.kind, set()).add(record.id)
+    return shown
 
 
 def _neighbours(call: ToolCall) -> dict:
@@ -150,7 +191,6 @@ def _neighbours(call: ToolCall) -> dict:
 @roles_required("reviewer")
 def show(tool_call_id: int):
     call = _call(tool_call_id)
-    conversation = db.session.get(Conversation, call.conversation_id)
     if call.status == CallStatus.AWAITING_APPROVAL:
         audit_chain.record(
             db.session,
@@ -162,20 +202,25 @@ def show(tool_call_id: int):
             tool_name=call.name,
         )
         db.session.commit()
+    return _show(call)
+
+
+def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None) -> str:
+    conversation = db.session.get(Conversation, call.conversation_id)
     return render_template(
         "approvals/show.html",
         conversation=conversation,
         owner=db.session.get(User, conversation.user_id),
         entries=transcript(conversation),
         tools=services().tools,
-        **_panel_context(call),
+        **_panel_context(call, typed, errors),
     )
 
 
 @bp.get("/<int:tool_call_id>/panel")
 @roles_required("reviewer")
 def panel(tool_call_id: int):
-    return render_template("approvals/_decision.html", **_panel_context(_call(tool_call_id)))
+    return render_template("approvals/_decision.html", live_refresh=True, **_panel_context(_call(tool_call_id)))
 
 
 @bp.post("/<int:tool_call_id>/decide")
@@ -183,12 +228,15 @@ def panel(tool_call_id: int):
 def decide(tool_call_id: int):
     form = request.form
     decision = form.get("decision")
-    edited = None
+    edited, typed = None, None
     if decision == "edit":
-        try:
-            edited = json.loads(form.get("edited_input") or "")
-        except ValueError:
-            return _refused(tool_call_id, Refused(422, "invalid_input", "The edited arguments are not valid JSON."))
+        call = _call(tool_call_id)
+        tool = services().tools.get(call.name)
+        if tool is None:
+            return _refused(tool_call_id, Refused(422, "invalid_input", f"There is no tool {call.name} to edit for."))
+        edited, typed, errors = editing.read(tool, form)
+        if errors:
+            return _edit_refused(tool_call_id, typed, errors)
         decision = "approve"
     try:
         call = approvals.decide(
@@ -200,17 +248,31 @@ def decide(tool_call_id: int):
             form.get("arguments_hash") or "-",
             edited,
         )
+    except approvals.EditRefused as exc:
+        return _edit_refused(tool_call_id, typed, exc.problems)
     except Refused as exc:
         return _refused(tool_call_id, exc)
-    verb = {"approved": "Approved", "rejected": "Rejected", "awaiting_approval": "Approval recorded"}.get(
-        call.status, "Recorded"
+    following = approvals.next_for(current_user)
+    flash(_decided(call, following is not None), "info")
+    return htmx.go_to(url_for("approvals.show", tool_call_id=following.id) if following else url_for("approvals.index"))
+
+
+def _decided(call: ToolCall, more: bool) -> str:
+    """What the reviewer just did, in a sentence, and where they are taken next."""
+    tool = services().tools.get(call.name)
+    what = f"{tool.title if tool else call.name} #{call.id}"
+    if call.status == CallStatus.REJECTED:
+        done = f"You rejected {what}."
+    elif call.status == CallStatus.AWAITING_APPROVAL:
+        missing = max(call.approvals_required, 1) - len(approvals_so_far(db.session, call))
+        done = f"Your approval of {what} is recorded; it needs {more_approvals(missing)}."
+    elif call.original_input is not None:
+        done = f"You approved {what} with changes: {changes(call.original_input, call.input)}."
+    else:
+        done = f"You approved {what}."
+    return done + (
+        " Here is the oldest call still waiting for you." if more else " Nothing else waits for your decision."
     )
-    flash(f"{verb}: {call.name} #{call.id}.", "info")
-    if htmx.is_htmx():
-        return render_template("approvals/_decision.html", **_panel_context(call))
-    following = db.session.scalar(approvals.pending(current_user).limit(1))
-    target = url_for("approvals.show", tool_call_id=following.id) if following else url_for("approvals.index")
-    return redirect(target, code=303)
 
 
 def _refused(tool_call_id: int, exc: Refused):
@@ -220,6 +282,17 @@ def _refused(tool_call_id: int, exc: Refused):
         lambda status: (render_template("approvals/_decision.html", **_panel_context(_call(tool_call_id))), status),
         url_for("approvals.show", tool_call_id=tool_call_id),
     )
+
+
+def _edit_refused(tool_call_id: int, typed: dict | None, errors: dict):
+    """An edit the form or the tool refused: the page again, with what was typed and each field's
+    error beside it (a redirect would lose what was typed)."""
+    db.session.rollback()
+    flash("Fix the marked fields; nothing was approved.", "error")
+    call = _call(tool_call_id)
+    if htmx.is_htmx():
+        return render_template("approvals/_decision.html", **_panel_context(call, typed, errors)), 422
+    return _show(call, typed, errors), 422
 
 
 def key_arguments(call: ToolCall) -> str:

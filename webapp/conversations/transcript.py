@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from webapp.conversations.cards import Card, card, decisions_by_call
 from webapp.models import Conversation, Message, Summary, ToolCall
 from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 
 
 @dataclass
@@ -17,6 +19,7 @@ class Entry:
     kind: str  # user | assistant | tool | summary (older turns summarised for the model here)
     text: str = ""
     call: ToolCall | None = None
+    card: Card | None = None
 
 
 def transcript(conversation: Conversation) -> list[Entry]:
@@ -32,6 +35,8 @@ def transcript(conversation: Conversation) -> list[Entry]:
             select(Summary).where(Summary.conversation_id == conversation.id).order_by(Summary.id)
         )
     }
+    decisions = decisions_by_call(db.session, list(calls.values()))
+    tools = services().tools
     entries: list[Entry] = []
     for row in rows:
         if row.seq - 1 in summaries:  # the turns before this row reach the model as a summary
@@ -41,5 +46,6 @@ def transcript(conversation: Conversation) -> list[Entry]:
             if kind == "text" and block.get("text"):
                 entries.append(Entry("user" if row.role == "user" else "assistant", text=block["text"]))
             elif kind == "tool_use" and block.get("id") in calls:
-                entries.append(Entry("tool", call=calls[block["id"]]))
+                call = calls[block["id"]]
+                entries.append(Entry("tool", call=call, card=card(call, decisions[call.id], tools)))
     return entries

@@ -326,6 +326,10 @@ def _follow_up_refund(summary: str, refund: _DeferredRefund, invoices: list[dict
 
 def _describe_result(name: str, call_input: dict, result: dict) -> str:
     text = _result_text(result)
+    edit = _edit_note(text)
+    if edit:  # a person changed the arguments: what ran is what to describe, and the change is news
+        call_input = edit["ran"]
+        text = text.split("\n", 1)[1] if "\n" in text else ""
     if result.get("is_error"):
         return _describe_error(name, text)
     data = _result_data(result)
@@ -338,27 +342,71 @@ def _describe_result(name: str, call_input: dict, result: dict) -> str:
         "verify_identity": _describe_verification,
         "export_customer_data": _describe_export,
     }.get(name)
-    if describe is None:
-        return f"{name} returned: {_brief(unwrap_output(text))}"
-    return describe(data, call_input)
+    described = describe(data, call_input) if describe else f"{name} returned: {_brief(unwrap_output(text))}"
+    return described + (_describe_edit(edit) if edit else "")
+
+
+_EDIT_NOTE = re.compile(
+    r"^Note from the approval desk: a person \((?P<who>.*?)\) changed the arguments before approving\. "
+    r"You asked for (?P<asked>\{.*\}); the tool ran with (?P<ran>\{.*\})\.$"
+)
+
+
+def _edit_note(text: str) -> dict | None:
+    """The desk's note that a person edited the call: who, what was asked, what ran."""
+    match = _EDIT_NOTE.match(text.split("\n", 1)[0])
+    if not match:
+        return None
+    try:
+        return {"who": match["who"], "asked": json.loads(match["asked"]), "ran": json.loads(match["ran"])}
+    except ValueError:
+        return None
+
+
+def _describe_edit(edit: dict) -> str:
+    asked, ran = edit["asked"], edit["ran"]
+    changed = [
+        f"{key.removesuffix('_cents').removesuffix('_id').replace('_', ' ')} from {_shown(key, asked.get(key))} "
+        f"to {_shown(key, ran.get(key))}"
+        for key in sorted({*asked, *ran})
+        if asked.get(key) != ran.get(key)
+    ]
+    who = edit["who"].split(" (")[0]
+    return f" {who} changed the {_join(changed)} before approving." if changed else ""
+
+
+def _shown(key: str, value: Any) -> str:
+    if key.endswith("_cents") and isinstance(value, int):
+        return _dollars(value)
+    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 def _describe_error(name: str, text: str) -> str:
     if text.startswith("Declined by a person"):
-        return f"A person declined {name} ({_decline_reason(text)}), so I have not done it and won't retry."
+        return f"A person declined {name} ({_decline_reason(text)}), so I have not done it."
     if text.startswith("No decision was made in time"):
         return f"Nothing was done for {name}, because no decision came in time."
     if text.startswith("Cancelled"):
-        detail = text.split(":", 1)[1].strip() if ":" in text else ""
-        return f"{name} was cancelled{f' ({detail})' if detail else ''}, so nothing was done."
-    first_line = text.strip().splitlines()[0] if text.strip() else "no details given"
-    return f"{name} failed: {_brief(first_line)}"
+        detail = _first_sentence(text.split(":", 1)[1]) if ":" in text else ""
+        nothing = ", so nothing was done" if "Nothing was done" in text else ""
+        return f"{name} was cancelled{f' ({detail})' if detail else ''}{nothing}."
+    reason = _first_sentence(unwrap_output(text).strip()) or "no details given"
+    return f"{name} failed: {_brief(reason)}"
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence, without its full stop: what happened, never the advice that follows it."""
+    first = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0] if text.strip() else ""
+    return first.rstrip(".")
 
 
 def _decline_reason(text: str) -> str:
+    """The reviewer's reason in a rejection (what follows "Declined by a person (who): " up to the
+    desk's closing words, which are for me, not for the person I answer)."""
     rest = text[len("Declined by a person") :]
-    marker = re.search(r"reason\s*:?|:", rest, re.IGNORECASE)
+    marker = re.search(r"\):\s*|:\s*", rest)
     reason = rest[marker.end() :] if marker else rest
+    reason = reason.split(". Nothing was done.")[0]
     reason = reason.strip(" \t\n.,;:-—\"'()")
     return reason or "no reason given"
 

@@ -13,14 +13,15 @@ import hmac
 import re
 import secrets
 from dataclasses import replace
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 from sqlalchemy import func, or_, select
 
 from webapp.models import Customer, Invoice, OutgoingEmail, Refund, Subscription, utcnow
-from webapp.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
+from webapp.tools.presenting import money, plural
+from webapp.tools.registry import Concern, Fact, Letter, Record, Review, Tool, ToolContext, ToolError, ToolRegistry
 from webapp.tools.tasks import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, Task
 
 MAX_REFUND_CENTS = 10_000_000
@@ -39,9 +40,7 @@ def _drop_default(schema: dict) -> None:
 
 
 def _customer(context: ToolContext, customer_id: int) -> Customer:
-    customer = context.session.scalar(
-        select(Customer).where(Customer.id == customer_id, Customer.tenant_id == context.tenant_id)
-    )
+    customer = _find_customer(context, customer_id)
     if customer is None:
         raise ToolError(f"No customer {customer_id} in your account.")
     return customer
@@ -54,6 +53,34 @@ def _refunded_cents(context: ToolContext, invoice_id: int) -> int:
         )
     )
     return int(total or 0)
+
+
+def _find_customer(context: ToolContext, customer_id: int) -> Customer | None:
+    return context.session.scalar(
+        select(Customer).where(Customer.id == customer_id, Customer.tenant_id == context.tenant_id)
+    )
+
+
+def _find_invoice(context: ToolContext, invoice_id: int, for_update: bool = False) -> Invoice | None:
+    query = select(Invoice).where(Invoice.id == invoice_id, Invoice.tenant_id == context.tenant_id)
+    return context.session.scalar(query.with_for_update() if for_update else query)
+
+
+def _refundable_words(invoice: Invoice, remaining: int) -> str:
+    if invoice.status == "open":
+        return "nothing until it is paid"
+    if invoice.status == "void":
+        return "nothing: it is void"
+    return money(remaining)
+
+
+def customer_record(customer: Customer) -> Record:
+    """A customer as a reviewer reads it."""
+    facts = [Fact("Name", customer.name), Fact("Email", customer.email), Fact("Plan", customer.plan)]
+    facts.append(Fact("Status", customer.status if customer.status != "closed" else "closed (refunds are refused)"))
+    if customer.notes:
+        facts.append(Fact("Notes (written by people)", customer.notes))
+    return Record("customer", customer.id, f"Customer {customer.id}", tuple(facts))
 
 
 def customer_dict(customer: Customer) -> dict:
@@ -187,28 +214,12 @@ class IssueRefund(Tool):
         )
         if existing is not None:
             return self._result(context, existing, already_existed=True)
-        invoice = session.scalar(
-            select(Invoice)
-            .where(Invoice.id == input.invoice_id, Invoice.tenant_id == context.tenant_id)
-            .with_for_update()
-        )
-        if invoice is None:
-            raise ToolError(f"No invoice {input.invoice_id} in your account.")
-        customer = _customer(context, invoice.customer_id)
-        if customer.status == "closed":
-            raise ToolError(f"Invoice {invoice.id} belongs to closed account {customer.id}; refunds are refused.")
-        if invoice.status == "void":
-            raise ToolError(f"Invoice {invoice.id} is void; there is nothing to refund.")
-        if invoice.status == "open":
-            raise ToolError(f"Invoice {invoice.id} is open (unpaid); there is nothing to refund.")
-        remaining = invoice.amount_cents - _refunded_cents(context, invoice.id)
-        if remaining <= 0:
-            raise ToolError(f"Invoice {invoice.id} is already fully refunded.")
-        if input.amount_cents > remaining:
-            raise ToolError(
-                f"Refund of {input.amount_cents} cents exceeds the {remaining} cents still refundable "
-                f"on invoice {invoice.id} (amount {invoice.amount_cents} cents)."
-            )
+        invoice = _find_invoice(context, input.invoice_id, for_update=True)
+        customer = _find_customer(context, invoice.customer_id) if invoice else None
+        remaining = invoice.amount_cents - _refunded_cents(context, invoice.id) if invoice else 0
+        concern = self.concern(input, invoice, customer, remaining)
+        if concern:
+            raise ToolError(concern.message)
         refund = Refund(
             tenant_id=context.tenant_id,
             invoice_id=invoice.id,
@@ -222,6 +233,62 @@ class IssueRefund(Tool):
             invoice.status = "refunded"
         session.flush()
         return self._result(context, refund, already_existed=False)
+
+    @staticmethod
+    def concern(input: Input, invoice: Invoice | None, customer: Customer | None, remaining: int) -> Concern | None:  # noqa: A002
+        """Why this refund cannot be issued now, if it cannot: the one check execute and review share."""
+        if invoice is None or customer is None:
+            return Concern(f"No invoice {input.invoice_id} in your account.", "invoice_id")
+        if customer.status == "closed":
+            return Concern(
+                f"Invoice {invoice.id} belongs to closed account {customer.id}; refunds are refused.", "invoice_id"
+            )
+        if invoice.status == "void":
+            return Concern(f"Invoice {invoice.id} is void; there is nothing to refund.", "invoice_id")
+        if invoice.status == "open":
+            return Concern(f"Invoice {invoice.id} is open (unpaid); there is nothing to refund.", "invoice_id")
+        if remaining <= 0:
+            return Concern(f"Invoice {invoice.id} is already fully refunded.", "invoice_id")
+        if input.amount_cents > remaining:
+            return Concern(
+                f"A refund of {money(input.amount_cents)} is more than the {money(remaining)} left to refund "
+                f"on invoice {invoice.id} (total {money(invoice.amount_cents)}).",
+                "amount_cents",
+            )
+        return None
+
+    def review(self, input: Input, context: ToolContext) -> Review:  # noqa: A002
+        """The invoice (total, status, refunds so far, what is left) and its customer, as they are now."""
+        invoice = _find_invoice(context, input.invoice_id)
+        if invoice is None:
+            return Review(concerns=(Concern(f"No invoice {input.invoice_id} in your account.", "invoice_id"),))
+        customer = _find_customer(context, invoice.customer_id)
+        refunds = context.session.scalars(
+            select(Refund).where(Refund.invoice_id == invoice.id, Refund.tenant_id == context.tenant_id)
+        ).all()
+        refunded = sum(r.amount_cents for r in refunds)
+        remaining = max(0, invoice.amount_cents - refunded)
+        status = {"open": "open (unpaid)", "refunded": "fully refunded"}.get(invoice.status, invoice.status)
+        facts = (
+            Fact("Total", money(invoice.amount_cents)),
+            Fact("Status", status),
+            Fact("Refunded so far", f"{money(refunded)} ({plural(len(refunds), 'refund')})"),
+            Fact("Left to refund", _refundable_words(invoice, remaining)),
+            Fact("Issued", invoice.issued_at.strftime("%Y-%m-%d")),
+            Fact("Description", invoice.description or ""),
+        )
+        records = [Record("invoice", invoice.id, f"Invoice {invoice.id}", facts)]
+        if customer is not None:
+            records.append(customer_record(customer))
+        concern = self.concern(input, invoice, customer, remaining)
+        return Review(records=tuple(records), concerns=(concern,) if concern else ())
+
+    def result_sentence(self, data: Any, input: dict) -> str | None:  # noqa: A002
+        if not isinstance(data, dict) or "amount_cents" not in data:
+            return None
+        left = data.get("remaining_refundable_cents")
+        rest = f"; {money(left)} is left to refund" if isinstance(left, int) else ""
+        return f"Refunded {money(data['amount_cents'])} on invoice {data.get('invoice_id')}{rest}."
 
     @staticmethod
     def _result(context: ToolContext, refund: Refund, already_existed: bool) -> dict:
@@ -283,6 +350,19 @@ class SendEmail(Tool):
             "already_existed": already_existed,
         }
 
+    def review(self, input: Input, context: ToolContext) -> Review:  # noqa: A002
+        """The customer, and the email exactly as they would get it."""
+        customer = _find_customer(context, input.customer_id)
+        if customer is None:
+            return Review(concerns=(Concern(f"No customer {input.customer_id} in your account.", "customer_id"),))
+        letter = Letter(to=f"{customer.name} <{customer.email}>", subject=input.subject, body=input.body)
+        return Review(records=(customer_record(customer),), letter=letter)
+
+    def result_sentence(self, data: Any, input: dict) -> str | None:  # noqa: A002
+        if not isinstance(data, dict) or "to" not in data:
+            return None
+        return f"Emailed {data['to']}: “{data.get('subject', '')}”."
+
 
 class DeleteAccount(Tool):
     name = "delete_account"
@@ -326,6 +406,47 @@ class DeleteAccount(Tool):
             "cancelled_subscriptions": cancelled,
             "already_closed": already_closed,
         }
+
+    def review(self, input: Input, context: ToolContext) -> Review:  # noqa: A002
+        """The customer, and what is still open on the account: active subscriptions, unpaid invoices."""
+        customer = _find_customer(context, input.customer_id)
+        if customer is None:
+            return Review(concerns=(Concern(f"No customer {input.customer_id} in your account.", "customer_id"),))
+        scoped = (Subscription.tenant_id == context.tenant_id, Subscription.customer_id == customer.id)
+        active = context.session.scalars(select(Subscription).where(*scoped, Subscription.status == "active")).all()
+        unpaid = context.session.scalars(
+            select(Invoice).where(
+                Invoice.tenant_id == context.tenant_id, Invoice.customer_id == customer.id, Invoice.status == "open"
+            )
+        ).all()
+        still_open = (
+            Fact(
+                "Active subscriptions (cancelled by closing)",
+                "; ".join(f"{s.plan}, {money(s.monthly_cents)} a month" for s in active) or "none",
+            ),
+            Fact(
+                "Unpaid invoices (stay open)",
+                "; ".join(f"invoice {i.id}, {money(i.amount_cents)}" for i in unpaid) or "none",
+            ),
+        )
+        record = customer_record(customer)
+        record = Record(record.kind, record.id, record.title, record.facts + still_open)
+        concerns = ()
+        if customer.status == "closed":
+            concerns = (
+                Concern(
+                    f"Customer {customer.id}'s account is already closed; closing it changes nothing.", "customer_id"
+                ),
+            )
+        return Review(records=(record,), concerns=concerns)
+
+    def result_sentence(self, data: Any, input: dict) -> str | None:  # noqa: A002
+        if not isinstance(data, dict) or "customer_id" not in data:
+            return None
+        if data.get("already_closed"):
+            return f"Customer {data['customer_id']}'s account was already closed; nothing changed."
+        cancelled = data.get("cancelled_subscriptions") or 0
+        return f"Closed customer {data['customer_id']}'s account and cancelled {plural(cancelled, 'subscription')}."
 
 
 # --- tools that finish later (tasks) -------------------------------------------------------------

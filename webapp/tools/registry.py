@@ -29,6 +29,8 @@ OUTPUT_OPEN = "<tool_output"
 OUTPUT_CLOSE = "</tool_output>"
 _DELIMITER = re.compile(r"<\s*/?\s*tool_output", re.IGNORECASE)
 log = logging.getLogger(__name__)
+# Said to the model after arguments that do not fit a tool's schema; pages leave it out.
+RETRY_HINT = " Fix the arguments and call again."
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,51 @@ class ToolContext:
 
 class ToolError(Exception):
     """Raised by a tool for an expected failure; the message goes to the model as the error result."""
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One line of what a reviewer should know, already in words: ("Left to refund", "$89.00")."""
+
+    label: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record a call would read or change (an invoice, a customer), as it stands now."""
+
+    kind: str  # the argument that names it, without "_id": invoice, customer
+    id: int
+    title: str  # "Invoice 4471"
+    facts: tuple[Fact, ...] = ()
+
+
+@dataclass(frozen=True)
+class Concern:
+    """Why the call cannot succeed as asked; `field` is the argument to change, when one is to blame."""
+
+    message: str
+    field: str | None = None
+
+
+@dataclass(frozen=True)
+class Letter:
+    """What a person would receive if the call runs (an email), as they would see it."""
+
+    to: str
+    subject: str
+    body: str
+
+
+@dataclass(frozen=True)
+class Review:
+    """What a tool tells the reviewer of a call before it runs, read fresh: the records it would change,
+    the concerns that would make it fail, and the message a customer would get."""
+
+    records: tuple[Record, ...] = ()
+    concerns: tuple[Concern, ...] = ()
+    letter: Letter | None = None
 
 
 class Tool:
@@ -64,6 +111,15 @@ class Tool:
 
     def cancel(self, task: Task, context: ToolContext) -> None:
         """Stop the task's work, if it can be stopped (the conversation was stopped)."""
+
+    def review(self, input: BaseModel, context: ToolContext) -> Review:  # noqa: A002
+        """For the reviewer of a call: the state it would change and why it would fail, read now.
+        Reads only; never writes."""
+        return Review()
+
+    def result_sentence(self, data: Any, input: dict) -> str | None:  # noqa: A002
+        """What a successful call did, in a sentence for people (None: the result speaks for itself)."""
+        return None
 
     @classmethod
     def resumable(cls) -> bool:
@@ -127,8 +183,26 @@ class ToolRegistry:
         try:
             tool.Input.model_validate(raw_input)
         except ValidationError as exc:
-            return f"Invalid input for {name}: {_validation_summary(exc)}. Fix the arguments and call again."
+            return f"Invalid input for {name}: {_validation_summary(exc)}.{RETRY_HINT}"
         return None
+
+    def review(self, name: str, raw_input: Any, context: ToolContext) -> Review:
+        """The tool's review of these arguments; arguments that do not fit its schema, or a tool whose
+        review fails, give a review with that one concern."""
+        tool = self.get(name)
+        if tool is None:
+            return Review(concerns=(Concern(f"There is no tool {name} here any more; this call cannot run."),))
+        try:
+            parsed = tool.Input.model_validate(raw_input)
+        except ValidationError as exc:
+            return Review(concerns=tuple(input_concerns(exc)))
+        try:
+            return tool.review(parsed, context)
+        except ToolError as exc:
+            return Review(concerns=(Concern(str(exc)),))
+        except Exception:
+            log.exception("tool %s could not review tool call %s", name, context.tool_call_id)
+            return Review(concerns=(Concern(f"The facts for {name} could not be read just now; reload to try again."),))
 
     def run(self, name: str, raw_input: Any, context: ToolContext, output_limit: int) -> ToolOutcome:
         """Run one call and turn whatever happens into a tool_result for the model (or an open task)."""
@@ -219,10 +293,25 @@ def wrap_output(name: str, output: Any, limit: int) -> str:
 
 
 def unwrap_output(content: str) -> str:
-    """The data inside a wrapped tool result (used by the demo model and by pages)."""
-    if content.startswith(OUTPUT_OPEN) and content.endswith(OUTPUT_CLOSE):
-        return content.split(">\n", 1)[1][: -len(OUTPUT_CLOSE) - 1]
-    return content
+    """The data inside a wrapped tool result, wherever the fence sits in it (a note from the desk may
+    come first); content without a fence, as it is. Used by the demo model and by pages."""
+    start = content.find(OUTPUT_OPEN)
+    end = content.rfind(OUTPUT_CLOSE)
+    if start < 0 or end < start:
+        return content
+    opened = content.find(">\n", start)
+    return content[opened + 2 : end - 1] if 0 <= opened < end else content
+
+
+def input_concerns(exc: ValidationError) -> list[Concern]:
+    """What is wrong with arguments that do not fit a tool's schema, one concern per argument."""
+    concerns: dict[str, Concern] = {}
+    for err in exc.errors(include_url=False):
+        field = str(err["loc"][0]) if err["loc"] else None
+        if field not in concerns:
+            message = "is not an argument of this tool" if err["type"] == "extra_forbidden" else err["msg"]
+            concerns[field] = Concern(f"{field or 'The arguments'}: {message}.", field)
+    return list(concerns.values())
 
 
 def _validation_summary(exc: ValidationError) -> str:

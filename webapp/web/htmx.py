@@ -33,3 +33,13 @@ def refused(exc: Refused, fragment, back_to: str) -> Response:
     if is_htmx():
         return fragment(exc.status)
     return redirect(back_to, code=303)
+
+
+def go_to(url: str) -> Response:
+    """Move on to another page after a change: htmx loads it as a whole page (HX-Redirect), so every
+    panel on it is fresh; a plain form post gets a 303."""
+    if is_htmx():
+        response = Response("", 200)
+        response.headers["HX-Redirect"] = url
+        return response
+    return redirect(url, code=303)

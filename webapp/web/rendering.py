@@ -1,5 +1,6 @@
 """Turning untrusted text into safe HTML: assistant Markdown through a real Markdown parser and an
-allow-list sanitizer; everything else (tool arguments, tool results, people's text) is escaped."""
+allow-list sanitizer; everything else (tool arguments, tool results, people's text) is escaped.
+Tool calls in words for people are webapp/conversations/cards.py's."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import json
 import nh3
 from markdown_it import MarkdownIt
 from markupsafe import Markup
-
-from webapp.tools.registry import unwrap_output
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
 
@@ -39,18 +38,6 @@ def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
-def tool_result_text(content: str | None) -> str:
-    """A tool result as people should read it: the data without our delimiters, pretty when JSON."""
-    if not content:
-        return ""
-    data = unwrap_output(content)
-    try:
-        return pretty_json(json.loads(data))
-    except (ValueError, TypeError):
-        return data
-
-
 def register(app) -> None:
     app.jinja_env.filters["markdown"] = markdown
     app.jinja_env.filters["pretty_json"] = pretty_json
-    app.jinja_env.filters["tool_result"] = tool_result_text

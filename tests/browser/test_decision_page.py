@@ -1,0 +1,137 @@
+"""The decision page as a reviewer uses it in a real browser: the facts beside the call, the edit
+form checked with the tool's rules, the agent's card in words, and moving on after a decision."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_live_pages import REFRESH_PANEL, ask
+
+pytestmark = pytest.mark.slow
+
+
+def open_first_waiting_call(reviewer) -> None:
+    reviewer.goto("/approvals")
+    reviewer.locator("#approval-list a").first.click()
+    expect(reviewer.locator("#approve-button")).to_be_visible()
+    reviewer.wait_for_load_state("load")  # the shortcuts' script has run
+
+
+def test_a_reviewer_edits_a_refund_against_the_invoice_and_the_agent_reads_what_was_done(page_for, workers):
+    workers()
+    agent = page_for("agent@acme.test")
+    ask(agent, "Please refund $75 on invoice 4471, the delivery was late")
+    card = agent.locator(".tool-call").first
+    expect(card).to_contain_text("Waiting for approval")
+
+    reviewer = page_for("reviewer@acme.test")
+    open_first_waiting_call(reviewer)
+    expect(reviewer.locator("#call-arguments-shown")).to_contain_text("$75.00")
+    invoice = reviewer.locator("#record-invoice-4471")
+    expect(invoice).to_contain_text("Total$129.00")
+    expect(invoice).to_contain_text("Left to refund$129.00")
+    expect(reviewer.locator("#call-arguments")).not_to_be_visible()  # the raw JSON is a click away
+    reviewer.get_by_text("Arguments as JSON").click()
+    expect(reviewer.locator("#call-arguments")).to_contain_text('"amount_cents": 7500')
+
+    reviewer.get_by_text("Edit and approve").click()
+    amount = reviewer.get_by_label("Amount ($)")
+    expect(amount).to_have_value("75.00")
+    amount.fill("9999.99")
+    reviewer.get_by_role("button", name="Approve with these arguments").click()
+    expect(reviewer.locator("#error-amount_cents")).to_have_text(
+        "A refund of $9,999.99 is more than the $129.00 left to refund on invoice 4471 (total $129.00)."
+    )
+    expect(reviewer.get_by_label("Amount ($)")).to_have_value("9999.99")  # what was typed stays
+
+    reviewer.get_by_label("Amount ($)").fill("40")
+    reviewer.get_by_label("Why you changed them").fill("partial refund")
+    reviewer.get_by_role("button", name="Approve with these arguments").click()
+    expect(reviewer).to_have_url(re.compile(r"/approvals$"))
+    expect(reviewer.locator(".flash").first).to_contain_text(
+        re.compile(r"You approved Issue a refund #\d+ with changes: amount \$75\.00 → \$40\.00\.")
+    )
+
+    expect(card).to_contain_text(
+        "Approved with changes by Acme Corp reviewer: amount $75.00 → $40.00 (partial refund)."
+    )
+    expect(card).to_contain_text("Refunded $40.00 on invoice 4471; $89.00 is left to refund.")
+    expect(agent.locator("#conversation-status")).to_have_text("completed")
+    expect(agent.locator(".turn.assistant").last).to_contain_text("of $40.00 issued on invoice 4471")
+    page_text = agent.locator("#conversation").inner_text()
+    assert "tool_output" not in page_text and "Do not retry" not in page_text
+
+
+def test_after_a_decision_the_page_moves_to_the_next_call_and_a_second_key_confirms_money(page_for, workers):
+    workers()
+    agent = page_for("agent@acme.test")
+    ask(agent, 'Refund $75 on invoice 4471 and email customer 4471 saying "Your refund is on its way"')
+    expect(agent.locator(".tool-call")).to_have_count(2)
+
+    reviewer = page_for("reviewer@acme.test")
+    reviewer.goto("/approvals")
+    reviewer.locator("#approval-list a", has_text="send_email").click()
+    expect(reviewer.locator("#call-letter")).to_contain_text("Jordan Ellis <jordan.ellis@example.com>")
+    expect(reviewer.locator("#call-letter")).to_contain_text("Your refund is on its way")
+    reviewer.wait_for_load_state("load")
+    reviewer.keyboard.press("a")  # an email has no amount: one key approves it
+    expect(reviewer.locator(".flash").first).to_contain_text(
+        re.compile(r"You approved Email a customer #\d+\. Here is the oldest call still waiting for you\.")
+    )
+    expect(reviewer.locator("#decision-panel h1")).to_contain_text("Issue a refund")
+
+    reviewer.wait_for_load_state("load")
+    reviewer.keyboard.press("a")
+    question = reviewer.locator("#approve-confirm")
+    expect(question).to_contain_text("Approve $75.00, above the $50.00")
+    with reviewer.expect_response(re.compile(r"/panel$")):  # a live refresh between the two keys
+        reviewer.evaluate(REFRESH_PANEL)
+    expect(question).to_contain_text("Approve $75.00, above the $50.00")  # still asked
+    reviewer.keyboard.press("Escape")
+    expect(question).to_have_text("Not approved.")
+    expect(reviewer.locator("#approvals-badge")).to_have_text("1")  # still waiting
+
+    reviewer.keyboard.press("a")
+    expect(question).to_contain_text("Approve $75.00")
+    reviewer.keyboard.press("a")
+    expect(reviewer).to_have_url(re.compile(r"/approvals$"))
+    expect(reviewer.locator("#approval-list")).to_contain_text("Nothing waits for a decision")
+
+
+def test_a_live_refresh_of_the_panel_keeps_what_the_reviewer_is_typing(page_for, workers):
+    workers()
+    agent = page_for("agent@acme.test")
+    ask(agent, "Please refund $75 on invoice 4471, the delivery was late")
+    reviewer = page_for("reviewer@acme.test")
+    open_first_waiting_call(reviewer)
+    reviewer.get_by_text("Edit and approve").click()
+    reviewer.get_by_label("Amount ($)").fill("12.34")
+    reviewer.get_by_label("Reason (the model is told)").fill("half typed")
+    with reviewer.expect_response(re.compile(r"/panel$")):  # what a decision elsewhere in the tenant causes
+        reviewer.evaluate(REFRESH_PANEL)
+    reviewer.wait_for_timeout(200)  # settled
+    expect(reviewer.get_by_label("Amount ($)")).to_be_visible()
+    expect(reviewer.get_by_label("Amount ($)")).to_have_value("12.34")
+    expect(reviewer.get_by_label("Reason (the model is told)")).to_have_value("half typed")
+
+
+def test_a_live_refresh_while_a_decision_is_in_flight_does_not_cost_the_move(page_for, workers):
+    workers()
+    agent = page_for("agent@acme.test")
+    ask(agent, 'Email customer 4471 saying "Your refund is on its way"')
+    reviewer = page_for("reviewer@acme.test")
+    open_first_waiting_call(reviewer)
+
+    def refresh_then_send(route):
+        # the panel's own live refresh (what the decision's live signal makes), before the answer
+        reviewer.evaluate("htmx.trigger(document.body, 'htmx:sseOpen')")
+        reviewer.wait_for_timeout(300)
+        route.continue_()
+
+    reviewer.route(re.compile(r"/decide$"), refresh_then_send)
+    reviewer.get_by_role("button", name="Approve", exact=True).click()
+    expect(reviewer).to_have_url(re.compile(r"/approvals$"))
+    expect(reviewer.locator(".flash").first).to_contain_text("You approved Email a customer")
