@@ -178,25 +178,29 @@ def run_conversations(app, env: dict, count: int, timeout: float = 1800, workers
 
 class CpuUse:
     """CPU seconds used so far (/proc/<pid>/stat) by the worker processes, and by the services they
-    talk to (every postgres and redis-server process): what a move costs in CPU, all told."""
+    talk to (every postgres and redis-server process): what a move costs in CPU, all told.
+
+    Kept per process, so a difference counts only what each process used in between: a database
+    backend that ends in the meantime takes its ticks with it (counted as nothing, never as less
+    than nothing), and one that starts in the meantime counts from zero."""
 
     TICK = os.sysconf("SC_CLK_TCK")
     SERVICES = ("postgres", "redis-server")
 
-    def __init__(self, workers: float, services: float) -> None:
-        self.workers = workers
-        self.services = services
+    def __init__(self, workers: dict[int, int], services: dict[int, int]) -> None:
+        self._workers = workers
+        self._services = services
 
     @classmethod
     def now(cls, pids: list[int]) -> CpuUse:
-        workers = sum(cls._ticks(pid)[1] for pid in pids)
-        services = 0
+        workers = {pid: cls._ticks(pid)[1] for pid in pids}
+        services = {}
         for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) not in pids:
+            if entry.isdigit() and int(entry) not in workers:
                 name, ticks = cls._ticks(int(entry))
                 if name in cls.SERVICES:
-                    services += ticks
-        return cls(workers / cls.TICK, services / cls.TICK)
+                    services[int(entry)] = ticks
+        return cls(workers, services)
 
     @staticmethod
     def _ticks(pid: int) -> tuple[str, int]:
@@ -209,8 +213,23 @@ class CpuUse:
         name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 1 :].split()
         return name, int(rest[11]) + int(rest[12])
 
-    def __sub__(self, other: CpuUse) -> CpuUse:
-        return CpuUse(self.workers - other.workers, self.services - other.services)
+    @property
+    def workers(self) -> float:
+        return sum(self._workers.values()) / self.TICK
+
+    @property
+    def services(self) -> float:
+        return sum(self._services.values()) / self.TICK
+
+    def __sub__(self, before: CpuUse) -> CpuUse:
+        def used(after: dict[int, int], earlier: dict[int, int]) -> dict[int, int]:
+            # A pid whose count went down was reused by a new process: it counts from zero.
+            return {
+                pid: ticks - earlier.get(pid, 0) if ticks >= earlier.get(pid, 0) else ticks
+                for pid, ticks in after.items()
+            }
+
+        return CpuUse(used(self._workers, before._workers), used(self._services, before._services))
 
 
 def statuses(engine, where) -> dict[str, int]:

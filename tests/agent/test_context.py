@@ -10,6 +10,8 @@ import json
 import pytest
 from sqlalchemy import select
 
+from tests.model_server import Reply
+from tests.replies import reply, text
 from webapp.agent.context import Window, clear_old_results, estimate
 from webapp.agent.loop import Loop, LoopSettings
 from webapp.llm import demo_context
@@ -115,6 +117,24 @@ def test_the_endpoint_refusing_a_request_as_too_long_gets_a_summary_and_then_the
     answers = chat(loop, 8)
     assert all(answer.strip() for answer in answers)
     assert session.scalar(select(Summary).where(Summary.conversation_id == loop.conversation.id)) is not None
+
+
+def test_a_turn_the_api_paused_goes_on_after_a_summary(session, new_loop, small_model):
+    # The paused turn's text pushes the next request past the threshold: a summary comes first, and
+    # its own stop reason must not end the turn the API paused.
+    loop = loop_with_window(new_loop, Window(WINDOW, 1024))
+    chat(loop, 3)
+    small_model.enqueue(
+        Reply.message(reply(text("Working on it." + " Still checking the ledger." * 700), stop_reason="pause_turn")),
+        match="PAUSED-TURN",
+    )
+    small_model.enqueue(Reply.message(reply(text("Done: the ledger is clean."))), match="PAUSED-TURN")
+    loop.ask_later("Check the whole ledger, PAUSED-TURN")
+    assert loop.complete() == "completed"
+    assert session.scalar(select(Summary).where(Summary.conversation_id == loop.conversation.id)) is not None
+    last = loop.last_row()
+    assert "Done: the ledger is clean." in json.dumps(last.content)
+    assert sent(small_model)[-1]["messages"][-1]["role"] == "assistant"  # the paused turn, sent back to go on
 
 
 def test_a_message_too_long_for_the_window_fails_with_a_sentence_that_says_what_to_do(new_loop, small_model):

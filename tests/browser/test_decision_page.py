@@ -15,7 +15,11 @@ pytestmark = pytest.mark.slow
 
 def open_first_waiting_call(reviewer) -> None:
     reviewer.goto("/approvals")
-    reviewer.locator("#approval-list a").first.click()
+    # The page refreshes its panel once its live stream opens; the tests type only after that refresh,
+    # since a swap landing inside Playwright's fill (focus, select, then insert, as separate steps)
+    # can take the field from under it (seen once in CI, under load: the amount kept its old value).
+    with reviewer.expect_response(re.compile(r"/panel$")):
+        reviewer.locator("#approval-list a").first.click()
     expect(reviewer.locator("#approve-button")).to_be_visible()
     reviewer.wait_for_load_state("load")  # the shortcuts' script has run
 

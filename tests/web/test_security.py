@@ -413,3 +413,23 @@ def test_an_idle_session_expires(app):
     time.sleep(2.1)
     response = client.get("/")
     assert response.status_code == 302 and "/login" in response.location
+
+
+def test_a_pages_live_refreshes_neither_keep_an_idle_session_alive_nor_rewrite_its_cookie(app):
+    client = app.test_client()
+    attempt(client, "reviewer@acme.test", "demo-password")
+    live = {"HX-Request": "true"}
+    refreshed = client.get("/approvals/badge", headers=live)
+    assert refreshed.status_code == 200 and "Set-Cookie" not in refreshed.headers
+    # (A refresh answered after a decision would otherwise put back the cookie from before it, and
+    # with it take the decision's message meant for the next page.)
+    assert "Set-Cookie" in client.get("/approvals").headers  # what the person does restarts the clock
+    app.permanent_session_lifetime = 1  # (whole seconds: the cookie's signature dates it to the second)
+    client.get("/approvals")
+    statuses = []
+    for _ in range(6):  # the badge refreshing itself for 3 s, with nobody at the page
+        statuses.append(client.get("/approvals/badge", headers=live).status_code)
+        time.sleep(0.5)
+    assert statuses[0] == 200 and statuses[-1] == 401  # signed out once idle past the lifetime
+    response = client.get("/approvals")
+    assert response.status_code == 302 and "/login" in response.location

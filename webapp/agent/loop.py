@@ -111,12 +111,11 @@ class Move:
     call: ToolCall | None = None
     waiting_on: str | None = None  # for wait: awaiting_approval | awaiting_task
     waiting_count: int = 0
-    # for generate, read in begin() so the model call reads nothing: the request, the rows it was
-    # built from (after the summary it stands on), and whether it summarised older turns instead
+    # for generate, read in begin() so the model call reads nothing: the request, and the rows it was
+    # built from (after the summary it stands on)
     request: dict | None = None
     rows: list | None = None
     summary: Summary | None = None
-    summarised: bool = False
 
     @property
     def parks(self) -> bool:
@@ -499,7 +498,9 @@ class Loop:
         reply = self.model.generate(**request, should_stop=self.should_stop)
         self.hold()
         self._record_usage(reply, request, purpose="summary", summary_id=previous.id if previous else None)
-        self._count(reply)
+        # Its tokens count against the budget; its stop reason is not the conversation's (a turn the API
+        # paused, pause_turn, still goes on after the summary).
+        self.conversation.run_tokens += sum(reply.usage.values())
         if reply.stop_reason == "cancelled":
             self.honour_cancel()
             return None

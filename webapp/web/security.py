@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import wraps
 
 from flask import Flask, abort, g, redirect, request, url_for
+from flask.sessions import SecureCookieSessionInterface
 from flask_limiter import Limiter
 from flask_login import LoginManager, current_user
 from flask_talisman import Talisman
@@ -48,19 +49,38 @@ CSP = {
 }
 
 
+class SessionCookies(SecureCookieSessionInterface):
+    """Signed-cookie sessions whose idle clock only a person's own requests restart.
+
+    A page's live refreshes (the GETs htmx makes by itself, the live stream's reconnects) answer
+    without a cookie unless they changed the session. Otherwise an open page would keep an idle session
+    alive for ever, and a refresh sent just before a decision and answered just after it would put back
+    the cookie from before the decision, taking the decision's message ("You approved ...") meant for
+    the next page."""
+
+    def should_set_cookie(self, app: Flask, session) -> bool:
+        if session.modified:
+            return True
+        background = request.method == "GET" and (
+            request.headers.get("HX-Request") == "true" or "text/event-stream" in request.headers.get("Accept", "")
+        )
+        return not background and super().should_set_cookie(app, session)
+
+
 def init_app(app: Flask, config: Config) -> None:
     """Wire sign-in, CSRF, rate limits and security headers into the app."""
     app.config.update(
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=config.secure_cookies,
-        PERMANENT_SESSION_LIFETIME=config.session_idle_minutes * 60,  # refreshed on each request: idle timeout
+        PERMANENT_SESSION_LIFETIME=config.session_idle_minutes * 60,  # restarted by each request a person makes
         SESSION_REFRESH_EACH_REQUEST=True,
         REMEMBER_COOKIE_HTTPONLY=True,
         WTF_CSRF_TIME_LIMIT=None,  # the token lives as long as the session
         RATELIMIT_STORAGE_URI=_limiter_storage(config),
         RATELIMIT_HEADERS_ENABLED=False,
     )
+    app.session_interface = SessionCookies()
     login_manager.init_app(app)
     login_manager.login_view = "auth.login"
     login_manager.login_message = "Sign in to continue."
