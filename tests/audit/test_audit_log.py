@@ -362,19 +362,49 @@ def small_case(app, fresh, acme):
     at(today, "model_call", conversation_id=theirs.id, outcome="tool_use", data=usage("claude-haiku-5", 2000, 400, 800))
     at(today, "tool_call_requested", conversation_id=theirs.id, tool_call_id=3, tool_name="issue_refund")
     at(today, "model_call", conversation_id=theirs.id, outcome="end_turn", data=usage("mystery-1", 10, 10))
-    # Decisions: approved after 60 s, rejected after 180 s (asked yesterday), expired after an hour.
-    for call, asked in ((11, today), (12, today - timedelta(seconds=120)), (13, today)):
-        at(asked, "approval_requested", tool_call_id=call, tool_name="issue_refund", outcome="awaiting_approval")
-    at(today + timedelta(seconds=30), "approval_decided", actor=reviewer, tool_call_id=11, outcome="awaiting_approval")
-    at(today + timedelta(seconds=60), "approval_decided", actor=reviewer, tool_call_id=11, outcome="approved")
-    at(today + timedelta(seconds=60), "approval_decided", actor=reviewer, tool_call_id=12, outcome="rejected")
+    # Decisions: approved after 60 s (by two people, the first changing the amount), rejected after
+    # 180 s (asked yesterday), expired after an hour.
+    refund = {"tool_name": "issue_refund"}
+    for call, asked, tool in ((11, today, refund), (12, today - timedelta(seconds=120), refund), (13, today, {})):
+        at(
+            asked,
+            "approval_requested",
+            tool_call_id=call,
+            tool_name=tool.get("tool_name", "close_account"),
+            outcome="awaiting_approval",
+        )
+    changed = {"input": {"amount": 50}, "edited_to": {"amount": 20}}
+    at(
+        today + timedelta(seconds=30),
+        "approval_decided",
+        actor=reviewer,
+        tool_call_id=11,
+        outcome="awaiting_approval",
+        data=changed,
+        **refund,
+    )
+    at(
+        today + timedelta(seconds=60),
+        "approval_decided",
+        actor=admin,
+        tool_call_id=11,
+        outcome="approved",
+        data={"edited_to": None},
+    )
+    at(today + timedelta(seconds=60), "approval_decided", actor=reviewer, tool_call_id=12, outcome="rejected", **refund)
     at(today + timedelta(hours=1), "approval_expired", tool_call_id=13, outcome="expired")
     # Runs: lookup_customer fails once in four, issue_refund never.
     for outcome in ("succeeded", "failed", "succeeded", "succeeded"):
         at(today, "tool_call_executed", actor=agent, tool_call_id=1, tool_name="lookup_customer", outcome=outcome)
     at(today, "tool_call_executed", actor=agent, tool_call_id=2, tool_name="issue_refund", outcome="succeeded")
     db.session.remove()
-    return {"today": today.date(), "yesterday": yesterday.date(), "agent": agent.email, "admin": admin.email}
+    return {
+        "today": today.date(),
+        "yesterday": yesterday.date(),
+        "agent": agent.email,
+        "admin": admin.email,
+        "reviewer": reviewer.email,
+    }
 
 
 def test_the_dashboard_figures_match_a_hand_computed_case(app, acme, small_case):
@@ -418,6 +448,22 @@ def test_the_dashboard_figures_match_a_hand_computed_case(app, acme, small_case)
     assert approvals.share("approved") == approvals.share("rejected") == approvals.share("expired") == 1 / 3
     assert board.approvals_by_day[yesterday].requested == 1 and board.approvals_by_day[today].decided == 3
     assert board.tools["lookup_customer"].error_rate == 0.25 and board.tools["issue_refund"].error_rate == 0
+    # The decision side. By tool, each call's final outcome: the refund approved with the first
+    # approver's change and the one rejected were both changed or refused; the closure expired.
+    refunds, closures = board.approvals_by_tool["issue_refund"], board.approvals_by_tool["close_account"]
+    assert list(board.approvals_by_tool) == ["issue_refund", "close_account"]  # the most decided first
+    assert (refunds.approved, refunds.edited, refunds.as_asked, refunds.rejected) == (1, 1, 0, 1)
+    assert refunds.changed_share == 1.0 and sorted(refunds.latencies) == [60.0, 180.0]
+    assert (closures.expired, closures.decided, closures.changed_share) == (1, 1, None)
+    assert not refunds.often_changed  # two decisions are too few to tell
+    assert (
+        costs.Approvals(approved=5, edited=2).often_changed and not costs.Approvals(approved=8, edited=1).often_changed
+    )
+    # By reviewer, each person's own decision and when they made it: the first of two approvals counts.
+    mine, theirs = board.approvals_by_reviewer[small_case["reviewer"]], board.approvals_by_reviewer[small_case["admin"]]
+    assert (mine.approved, mine.edited, mine.rejected, sorted(mine.latencies)) == (1, 1, 1, [30.0, 180.0])
+    assert (theirs.approved, theirs.as_asked, theirs.latencies) == (1, 1, [60.0])
+    assert set(board.approvals_by_reviewer) == {small_case["reviewer"], small_case["admin"]}  # expiry is nobody's
 
     only_today = costs.dashboard(db.engine, acme, today, today)
     assert only_today.usage_total.cost == haiku
@@ -436,6 +482,10 @@ def test_the_dashboard_page_shows_the_numbers_beside_charts_drawn_on_the_server(
     assert "$0.0050" in html and "$0.0038" in html  # Haiku today, for the admin; Opus's answer, no tool
     assert "No price for mystery-1" in html
     assert "33.3 %" in html and "180.0 s" in html and "3,600.0 s" in html and "25.0 %" in html
+    by_tool = html[html.index('id="dashboard-decisions-by-tool"') : html.index('id="dashboard-decisions-by-reviewer"')]
+    assert "issue_refund" in by_tool and "close_account" in by_tool and "100.0 %" in by_tool
+    by_reviewer = html[html.index('id="dashboard-decisions-by-reviewer"') :]
+    assert "reviewer@acme.test" in by_reviewer and "105.0 s" in by_reviewer  # between 30 s and 180 s
     conversations = html[html.index('id="dashboard-usage-by-conversation"') :]
     assert "3,500" in conversations and "57.1 %" in conversations  # sent, and the share read from the cache
     images = re.findall(r'<img src="(/audit/dashboard/chart\.svg\?[^"]+)"', html)

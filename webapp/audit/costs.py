@@ -161,6 +161,10 @@ def cost(usage, prices: PriceTable | None = None) -> Decimal:
 PARTS = ("usage", "approvals", "tools")
 DECISIONS = ("approved", "rejected", "expired")
 NO_TOOL = "(answers, no tool)"
+# The dashboard marks a tool whose calls people changed or refused this often, once it has this many
+# decisions: its description, the assistant's rules or its policy asks for what people do not want.
+OFTEN_CHANGED = 0.25
+OFTEN_CHANGED_AFTER = 5
 UNKNOWN_OWNER = "(conversation gone)"
 TOP_CONVERSATIONS = 20
 _USAGE_FIELDS = ("model_calls", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "cost")
@@ -210,12 +214,14 @@ class Usage:
 
 @dataclass
 class Approvals:
-    """Decisions on calls waiting for a person, and how long they waited (seconds)."""
+    """Decisions on calls waiting for a person, and how long they waited (seconds). `approved`
+    counts the calls approved with changes too; `edited` counts those alone."""
 
     requested: int = 0
     approved: int = 0
     rejected: int = 0
     expired: int = 0
+    edited: int = 0
     latencies: list[float] = field(default_factory=list)
 
     @property
@@ -224,6 +230,23 @@ class Approvals:
 
     def share(self, outcome: str) -> float | None:
         return getattr(self, outcome) / self.decided if self.decided else None
+
+    @property
+    def as_asked(self) -> int:
+        return self.approved - self.edited
+
+    @property
+    def changed_share(self) -> float | None:
+        """Of the calls a person decided, the share they changed or refused: a tool whose calls are
+        often edited or rejected has a prompt or a policy that needs work."""
+        judged = self.approved + self.rejected
+        return (self.edited + self.rejected) / judged if judged else None
+
+    @property
+    def often_changed(self) -> bool:
+        """Enough decisions to tell, and people changed or refused at least OFTEN_CHANGED of them."""
+        share = self.changed_share
+        return self.decided >= OFTEN_CHANGED_AFTER and share is not None and share >= OFTEN_CHANGED
 
     @property
     def median(self) -> float | None:
@@ -261,6 +284,10 @@ class Dashboard:
     usage_total: Usage = field(default_factory=Usage)
     approvals_by_day: dict[date, Approvals] = field(default_factory=dict)
     approvals_total: Approvals = field(default_factory=Approvals)
+    # the decision side: final outcomes by tool; each person's own decisions (the first of two
+    # approvals included) and the time from the request to each, by reviewer
+    approvals_by_tool: dict[str, Approvals] = field(default_factory=dict)
+    approvals_by_reviewer: dict[str, Approvals] = field(default_factory=dict)
     tools: dict[str, ToolRuns] = field(default_factory=dict)
     unpriced_models: set[str] = field(default_factory=set)
 
@@ -343,21 +370,45 @@ def _usage(board: Dashboard, query: _Queries, prices: PriceTable) -> None:
 
 def _approvals(board: Dashboard, query: _Queries) -> None:
     requested_at: dict[int, datetime] = {}
+    asked_of: dict[int, str] = {}  # tool call id -> its tool
     decisions = []
     for row in query.run(query.approval_events()):
         if row.action == "approval_requested":
             requested_at[row.tool_call_id] = row.created_at
+            asked_of[row.tool_call_id] = row.tool_name
             for bucket in (board.approvals_by_day[row.created_at.date()], board.approvals_total):
                 bucket.requested += 1
-        elif row.outcome in DECISIONS:  # a first of two approvals is still awaiting_approval
+        else:
             decisions.append(row)
     missing = [row.tool_call_id for row in decisions if row.tool_call_id not in requested_at]
     requested_at.update(query.requested_before(missing))
+    by_tool: dict[str, Approvals] = defaultdict(Approvals)
+    by_reviewer: dict[str, Approvals] = defaultdict(Approvals)
+    edited: set[int] = set()  # calls someone approved with changes
     for row in decisions:
-        for bucket in (board.approvals_by_day[row.created_at.date()], board.approvals_total):
-            setattr(bucket, row.outcome, getattr(bucket, row.outcome) + 1)
-            if row.tool_call_id in requested_at:
-                bucket.latencies.append((row.created_at - requested_at[row.tool_call_id]).total_seconds())
+        waited = row.created_at - requested_at[row.tool_call_id] if row.tool_call_id in requested_at else None
+        if row.edited_to is not None:
+            edited.add(row.tool_call_id)
+        if row.action == "approval_decided":  # one person's decision, perhaps the first of two
+            _count(by_reviewer[row.actor_label or "?"], row, waited, row.edited_to is not None)
+        if row.outcome in DECISIONS:  # the call's final outcome
+            tool = by_tool[row.tool_name or asked_of.get(row.tool_call_id) or "?"]
+            buckets = (board.approvals_by_day[row.created_at.date()], board.approvals_total, tool)
+            for bucket in buckets:
+                _count(bucket, row, waited, row.tool_call_id in edited)
+    board.approvals_by_tool = dict(sorted(by_tool.items(), key=lambda kv: (-kv[1].decided, kv[0])))
+    board.approvals_by_reviewer = dict(sorted(by_reviewer.items(), key=lambda kv: (-kv[1].decided, kv[0])))
+
+
+def _count(bucket: Approvals, row, waited: timedelta | None, edited: bool) -> None:
+    """One decision into a bucket: by its outcome (a person's approval that still waits for a second
+    counts as theirs approved), and how long the call had waited for it."""
+    outcome = row.outcome if row.outcome in DECISIONS else "approved"
+    setattr(bucket, outcome, getattr(bucket, outcome) + 1)
+    if outcome == "approved" and edited:
+        bucket.edited += 1
+    if waited is not None:
+        bucket.latencies.append(waited.total_seconds())
 
 
 # By output column: PostgreSQL cannot tell that two bound copies of an expression are the same one.
@@ -426,7 +477,15 @@ class _Queries:
         e = AuditEvent
         actions = ("approval_requested", "approval_decided", "approval_expired")
         return (
-            select(e.action, e.tool_call_id, e.outcome, e.created_at)
+            select(
+                e.action,
+                e.tool_call_id,
+                e.tool_name,
+                e.actor_label,
+                e.outcome,
+                e.created_at,
+                e.data["edited_to"].as_string().label("edited_to"),  # NULL unless the person changed the call
+            )
             .where(*self.scope, e.action.in_(actions))
             .order_by(e.id)
         )
