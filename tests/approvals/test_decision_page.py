@@ -4,14 +4,15 @@ arguments in dollars, the edit form checked with the tool's own rules, and who d
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from html import unescape
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from tests.approvals.test_inbox import form_token, refund, waiting_calls
 from tests.clients import session_as
 from tests.replies import tool_use
-from webapp.models import Conversation, Decision, Invoice, Refund, ToolCall
+from webapp.models import AuditEvent, Conversation, Decision, Invoice, Refund, ToolCall, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 
@@ -252,3 +253,29 @@ def test_a_call_that_failed_after_approval_says_why_in_words(app, api, model):
     assert "the call has since" not in decided
     chat = page_text(session_as(app, "agent@acme.test"), f"/conversations/{call.conversation_id}")
     assert why in words(section(chat, f"tool-call-{call.id}"))
+
+
+def test_a_call_past_its_time_to_decide_is_not_run_even_before_the_sweeper_comes(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 9000))
+    db.session.execute(
+        update(ToolCall).where(ToolCall.id == call.id).values(expires_at=utcnow() - timedelta(seconds=1))
+    )
+    db.session.commit()
+    before = db.session.scalar(select(func.max(AuditEvent.id)))
+    db.session.remove()
+    late = api.as_("reviewer@acme.test").post(f"/api/approvals/{call.id}", json={"decision": "approve"})
+    assert late.status_code == 409 and late.json["error"] == "expired"
+    assert (
+        "The time to decide this call ran out at" in late.json["message"] and "nothing was done" in late.json["message"]
+    )
+    assert db.session.get(ToolCall, call.id).status == "expired"  # settled at once, not left waiting
+    expired = db.session.scalar(
+        select(func.count(AuditEvent.id)).where(AuditEvent.action == "approval_expired", AuditEvent.id > before)
+    )
+    assert expired == 1
+    assert carry_on(call) == "completed"  # the conversation was woken and the assistant answered
+    assert (
+        db.session.scalar(select(func.count(Refund.id)).where(Refund.idempotency_key == f"toolcall-{call.id}")) == 0
+    )  # the refund never ran
+    again = api.as_("reviewer@acme.test").post(f"/api/approvals/{call.id}", json={"decision": "approve"})
+    assert again.status_code == 409 and "it is expired" in again.json["message"]

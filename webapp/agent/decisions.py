@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -72,7 +73,8 @@ def decide(
     """Record one person's decision; returns the conversation version to enqueue when the call is
     settled (approved by enough people, or rejected), else None. The caller commits, then enqueues.
 
-    Raises DecisionError: not_allowed, reason_required, invalid_input, already_decided, arguments_changed."""
+    Raises DecisionError: not_allowed, reason_required, invalid_input, already_decided, expired,
+    arguments_changed."""
     conversation = session.get(Conversation, call.conversation_id)
     if not reviewer.has_role("reviewer") or reviewer.tenant_id != call.tenant_id:
         raise DecisionError("not_allowed", "Only reviewers of this tenant may decide tool calls.")
@@ -93,6 +95,12 @@ def decide(
     session.refresh(call)
     if call.status != CallStatus.AWAITING_APPROVAL:
         raise already_decided(session, call)
+    if call.expires_at is not None and call.expires_at <= utcnow():  # the sweeper has not come by yet
+        raise DecisionError(
+            "expired",
+            f"The time to decide this call ran out at {_when(call.expires_at)}; it has expired, nothing was done, "
+            "and the assistant is told so.",
+        )
     if arguments_seen != arguments_hash(call.input):
         raise DecisionError("arguments_changed", "The call's arguments changed since you looked; reload it.")
     if edited_input is not None:
@@ -200,32 +208,37 @@ def expire_due(session: Session, limit: int = 500) -> list[tuple[int, int, int]]
     )
     wakeups = []
     for call in due:
-        hours = (call.policy or {}).get("ttl_seconds", 0) / 3600
-        if not _compare_and_set(
-            session,
-            call,
-            status=CallStatus.EXPIRED,
-            finished_at=now,
-            is_error=True,
-            result=wording.RESULT_EXPIRED.format(hours=hours),
-        ):
-            continue
-        audit_chain.record(
-            session,
-            "approval_expired",
-            tenant_id=call.tenant_id,
-            actor_label="approval desk",
-            conversation_id=call.conversation_id,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            outcome="expired",
-            data={"input": call.input, "expired_at": now.isoformat()},
-        )
-        conversation = session.get(Conversation, call.conversation_id)
-        version = wake(session, conversation)
+        version = expire(session, call, now)
         if version is not None:
-            wakeups.append((conversation.id, version, conversation.tenant_id))
+            wakeups.append((call.conversation_id, version, call.tenant_id))
     return wakeups
+
+
+def expire(session: Session, call: ToolCall, now: datetime) -> int | None:
+    """Settle one waiting call whose time to decide ran out (audited); returns the conversation
+    version to enqueue after commit, None when there is nothing to wake (or it no longer waited)."""
+    hours = (call.policy or {}).get("ttl_seconds", 0) / 3600
+    if not _compare_and_set(
+        session,
+        call,
+        status=CallStatus.EXPIRED,
+        finished_at=now,
+        is_error=True,
+        result=wording.RESULT_EXPIRED.format(hours=hours),
+    ):
+        return None
+    audit_chain.record(
+        session,
+        "approval_expired",
+        tenant_id=call.tenant_id,
+        actor_label="approval desk",
+        conversation_id=call.conversation_id,
+        tool_call_id=call.id,
+        tool_name=call.name,
+        outcome="expired",
+        data={"input": call.input, "expired_at": now.isoformat()},
+    )
+    return wake(session, session.get(Conversation, call.conversation_id))
 
 
 def _when(moment) -> str:

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 from webapp.agent import decisions
 from webapp.agent.states import CallStatus
 from webapp.conversations import actions as conversations
-from webapp.models import Conversation, Decision, ToolCall, User
+from webapp.models import Conversation, Decision, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.registry import Review, ToolContext
@@ -82,6 +82,14 @@ def edit_problems(session: Session, call: ToolCall, edited: dict) -> dict[str | 
     return {concern.field: concern.message for concern in concerns}
 
 
+def _expire(session: Session, call: ToolCall) -> None:
+    version = decisions.expire(session, call, utcnow())
+    session.commit()
+    if version is not None:
+        conversations.enqueue_after_commit(call.conversation_id, version)
+    services().dispatcher.changed(call.tenant_id, call.conversation_id)
+
+
 def decide(
     session: Session,
     reviewer: User,
@@ -125,6 +133,8 @@ def decide(
         )
     except decisions.DecisionError as exc:
         session.rollback()
+        if exc.code == "expired":  # settle it now rather than leave it to the sweeper
+            _expire(session, call)
         raise Refused(DECISION_STATUS.get(exc.code, 409), exc.code, exc.message) from None
     conversations.commit_change(
         session,
