@@ -325,10 +325,12 @@ def test_edits_are_checked_against_the_tools_schema_and_go_only_with_an_approval
     call = waiting_refund(api, model)
     reviewer = api.as_(REVIEWER)
     url = f"/api/approvals/{call['id']}"
-    wrong = reviewer.post(url, json={"decision": "approve", "edited_input": {**REFUND, "amount_cents": "lots"}})
-    assert (
-        wrong.status_code == 422 and wrong.json["error"] == "invalid_input" and "amount_cents" in wrong.json["message"]
-    )
+    # Strict types: a number in a string, or a boolean, is not taken for the integer asked (true
+    # would refund one cent, and the log would keep the string).
+    for amount in ("lots", "6000", True, 60.5):
+        wrong = reviewer.post(url, json={"decision": "approve", "edited_input": {**REFUND, "amount_cents": amount}})
+        assert wrong.status_code == 422 and wrong.json["error"] == "invalid_input", amount
+        assert "amount_cents" in wrong.json["message"], amount
     rejecting = reviewer.post(url, json={"decision": "reject", "reason": "no", "edited_input": REFUND})
     assert rejecting.status_code == 422 and rejecting.json["error"] == "invalid_input"
     stale = reviewer.post(url, json={"decision": "approve", "arguments_hash": "0" * 64})

@@ -167,6 +167,18 @@ def test_admins_change_a_policy_on_its_page_and_new_calls_follow_it(app, api, mo
     token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
     bad = admin.post("/admin/policies/send_email", data={"csrf_token": token, "mode": "never"})
     assert bad.status_code == 422 and "must wait for at least one person" in bad.get_data(as_text=True)
+    for field, typed, says in (
+        ("amount_threshold", "100000", "no call would ever wait for a person"),  # the most a refund can be
+        ("amount_threshold", "nan", "The amount limit must be a number."),
+        ("amount_threshold", "1e400", "The amount limit must be a number."),
+        ("ttl_hours", "inf", "Hours to decide must be a number."),
+    ):
+        refused = admin.post(
+            "/admin/policies/issue_refund",
+            data={"csrf_token": token, "mode": "above_amount", "amount_threshold": "50", "approvals_required": "1"}
+            | {field: typed},
+        )
+        assert refused.status_code == 422 and says in unescape(refused.get_data(as_text=True)), typed
     saved = admin.post(
         "/admin/policies/issue_refund",
         data={

@@ -4,6 +4,8 @@ new version and is audited."""
 
 from __future__ import annotations
 
+import math
+
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 
@@ -32,7 +34,7 @@ def save_policy(tool_name: str):
     try:
         threshold = _whole(form.get("amount_threshold"), "The amount limit", scale=100)
         approvals_needed = _whole(form.get("approvals_required") or "0", "Approvals needed")
-        ttl_hours = float(form.get("ttl_hours") or "24")
+        ttl_hours = _number(form.get("ttl_hours") or "24", "Hours to decide")
         before, after = policy_rules.save_policy(
             db.session,
             _admin().tenant_id,
@@ -43,10 +45,9 @@ def save_policy(tool_name: str):
             ttl_seconds=round(ttl_hours * 3600),
             by_user_id=_admin().id,
         )
-    except (policy_rules.PolicyError, ValueError) as exc:
+    except policy_rules.PolicyError as exc:
         db.session.rollback()
-        message = str(exc) if isinstance(exc, policy_rules.PolicyError) else "Hours to decide must be a number."
-        return _policies_page({tool_name: message}), 422
+        return _policies_page({tool_name: str(exc)}), 422
     audit_chain.record(
         db.session,
         "policy_changed",
@@ -72,10 +73,17 @@ def _policies_page(errors: dict[str, str] | None = None) -> str:
 def _whole(raw: str | None, label: str, scale: int = 1) -> int | None:
     if raw is None or raw.strip() == "":
         return None
+    return round(_number(raw, label) * scale)
+
+
+def _number(raw: str, label: str) -> float:
     try:
-        return round(float(raw) * scale)
+        number = float(raw)
     except ValueError:
-        raise policy_rules.PolicyError(f"{label} must be a number.") from None
+        number = math.nan
+    if not math.isfinite(number) or abs(number) > 1e12:
+        raise policy_rules.PolicyError(f"{label} must be a number.")
+    return number
 
 
 def _admin():

@@ -105,6 +105,13 @@ def save_policy(
             raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount rule.")
         if not isinstance(amount_threshold_cents, int) or not 0 <= amount_threshold_cents <= 10_000_000:
             raise PolicyError("The amount limit must be a whole number of cents from 0 to 10,000,000.")
+        most = tool.Input.model_json_schema()["properties"]["amount_cents"].get("maximum")
+        if tool.sensitive and most is not None and amount_threshold_cents >= most:
+            raise PolicyError(
+                f"{tool.name} can ask for at most ${most / 100:,.2f}, so with a limit of "
+                f"${amount_threshold_cents / 100:,.2f} no call would ever wait for a person. "
+                "It changes things for customers: choose a lower limit."
+            )
     else:
         amount_threshold_cents = None
     if mode == "never":

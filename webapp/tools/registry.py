@@ -181,7 +181,7 @@ class ToolRegistry:
             known = ", ".join(sorted(self._tools)) or "none"
             return f"Unknown tool {name!r}. Available tools: {known}."
         try:
-            tool.Input.model_validate(raw_input)
+            tool.Input.model_validate(raw_input, strict=True)
         except ValidationError as exc:
             return f"Invalid input for {name}: {_validation_summary(exc)}.{RETRY_HINT}"
         return None
@@ -193,7 +193,7 @@ class ToolRegistry:
         if tool is None:
             return Review(concerns=(Concern(f"There is no tool {name} here any more; this call cannot run."),))
         try:
-            parsed = tool.Input.model_validate(raw_input)
+            parsed = tool.Input.model_validate(raw_input, strict=True)
         except ValidationError as exc:
             return Review(concerns=tuple(input_concerns(exc)))
         try:
@@ -211,7 +211,10 @@ class ToolRegistry:
             return ToolOutcome(problem, True)
         tool = self._tools[name]
         return self._call(
-            tool, context, output_limit, lambda: tool.execute(tool.Input.model_validate(raw_input), context)
+            tool,
+            context,
+            output_limit,
+            lambda: tool.execute(tool.Input.model_validate(raw_input, strict=True), context),
         )
 
     def resume(self, name: str, task: Task, context: ToolContext, output_limit: int) -> ToolOutcome:
