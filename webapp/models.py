@@ -249,6 +249,7 @@ class ToolCall(Base):
     input: Mapped[dict] = mapped_column(JSONType)
     status: Mapped[str] = mapped_column(String(32), index=True)
     acting_user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    customer_id: Mapped[int | None] = mapped_column(Integer)  # whom it acts on, for limits per customer
     requires_approval: Mapped[bool] = mapped_column(Boolean, default=False)
     approvals_required: Mapped[int] = mapped_column(Integer, default=0)
     policy: Mapped[dict | None] = mapped_column(JSONType)  # the policy (with its version) that flagged it
@@ -281,6 +282,8 @@ class ToolCall(Base):
         Index("ix_tool_calls_status_task_due", "status", "task_due_at"),
         # /metrics: tool calls by status, oldest first
         Index("ix_tool_calls_status_created", "status", "created_at"),
+        # a policy's limits: one tool's recent calls in a tenant
+        Index("ix_tool_calls_tenant_name_created", "tenant_id", "name", "created_at"),
     )
 
 
@@ -324,6 +327,8 @@ class ToolPolicy(Base):
     amount_threshold_cents: Mapped[int | None] = mapped_column(Integer)
     approvals_required: Mapped[int] = mapped_column(Integer, default=1)
     ttl_seconds: Mapped[int] = mapped_column(Integer, default=24 * 3600)
+    # what may run with no person, added up (webapp/agent/policies.py Limits); NULL: the tool's defaults
+    limits: Mapped[dict | None] = mapped_column(JSONType)
     version: Mapped[int] = mapped_column(Integer, default=1)
     updated_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

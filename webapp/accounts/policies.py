@@ -35,6 +35,7 @@ def save_policy(tool_name: str):
         threshold = _whole(form.get("amount_threshold"), "The amount limit", scale=100)
         approvals_needed = _whole(form.get("approvals_required") or "0", "Approvals needed")
         ttl_hours = _number(form.get("ttl_hours") or "24", "Hours to decide")
+        limits = _limits(form)
         before, after = policy_rules.save_policy(
             db.session,
             _admin().tenant_id,
@@ -44,6 +45,7 @@ def save_policy(tool_name: str):
             approvals_required=approvals_needed,
             ttl_seconds=round(ttl_hours * 3600),
             by_user_id=_admin().id,
+            limits=limits,
         )
     except policy_rules.PolicyError as exc:
         db.session.rollback()
@@ -67,7 +69,23 @@ def _policies_page(errors: dict[str, str] | None = None) -> str:
         (tools.get(name), policy_rules.policy_for(db.session, _admin().tenant_id, tools.get(name)))
         for name in sorted(tools.names())
     ]
-    return render_template("accounts/policies.html", rows=rows, errors=errors or {}, modes=policy_rules.MODES)
+    return render_template(
+        "accounts/policies.html", rows=rows, errors=errors or {}, modes=policy_rules.MODES, scopes=policy_rules.SCOPES
+    )
+
+
+def _limits(form) -> policy_rules.Limits | None:
+    """The limits as typed (None when the form has none: the policy keeps its own)."""
+    if not any(key.startswith("limit_") for key in form):
+        return None
+    values = {}
+    for scope, words in policy_rules.SCOPES:
+        raw = form.get(f"limit_{scope}_count", "").strip()
+        if raw and not raw.isdigit():
+            raise policy_rules.PolicyError(f"The most calls {words} must be a whole number, or empty.")
+        values[f"{scope}_count"] = int(raw) if raw else None
+        values[f"{scope}_cents"] = _whole(form.get(f"limit_{scope}_cents"), f"The most money {words}", scale=100)
+    return policy_rules.Limits(**values)
 
 
 def _whole(raw: str | None, label: str, scale: int = 1) -> int | None:

@@ -632,10 +632,14 @@ class Loop:
             self._settle(call, CallStatus.FAILED, problem, True)
             return call
         policy = policy_for(self.session, c.tenant_id, self.tools.get(call.name))
-        if policy.needs_approval(call.input):
+        call.customer_id = self.tools.customer_of(call.name, call.input, self._context(call))
+        limit = (
+            None if policy.needs_approval(call.input) else policy.limit_reached(self.session, call, call.customer_id)
+        )
+        if limit or policy.needs_approval(call.input):
             call.requires_approval = True
-            call.approvals_required = policy.approvals_required
-            call.policy = policy.snapshot()
+            call.approvals_required = max(policy.approvals_required, 1)
+            call.policy = {**policy.snapshot(), "limit": limit}
             call.expires_at = policy.expires_at()
             call.status = CallStatus.AWAITING_APPROVAL
         return call

@@ -7,13 +7,15 @@ version included, so every decision can say which rule it was made under.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import zlib
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from webapp.models import ToolPolicy, utcnow
+from webapp.agent.states import CallStatus
+from webapp.models import ToolCall, ToolPolicy, utcnow
 from webapp.tools.registry import Tool
 
 MODES = ("never", "always", "above_amount")
@@ -31,6 +33,56 @@ class PolicyError(ValueError):
 
 
 @dataclass(frozen=True)
+class Limits:
+    """How much of a tool may run with no person, added up: per conversation, per customer in the
+    last 24 hours and per tenant in the last 24 hours, as a number of calls and as an amount in cents
+    (None: no limit). Past a limit the call waits for a person like any flagged call."""
+
+    conversation_count: int | None = None
+    conversation_cents: int | None = None
+    customer_day_count: int | None = None
+    customer_day_cents: int | None = None
+    tenant_day_count: int | None = None
+    tenant_day_cents: int | None = None
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> Limits:
+        names = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in (values or {}).items() if key in names})
+
+    def any(self) -> bool:
+        return any(value is not None for value in asdict(self).values())
+
+    def describe(self) -> str:
+        """The limits in words ("" when there are none)."""
+        parts = []
+        for scope, words in SCOPES:
+            count, cents = getattr(self, f"{scope}_count"), getattr(self, f"{scope}_cents")
+            said = [f"{count} call{'s' if count != 1 else ''}" if count is not None else None, _dollars(cents)]
+            if any(said):
+                parts.append(f"{' and '.join(part for part in said if part)} {words}")
+        return f"Without a person, at most {'; '.join(parts)}." if parts else ""
+
+
+# Each limit's scope, in words for people.
+SCOPES = (
+    ("conversation", "per conversation"),
+    ("customer_day", "per customer in 24 hours"),
+    ("tenant_day", "for the whole tenant in 24 hours"),
+)
+# What counts as having run (or being about to run) without a person: calls the policy let through,
+# not the ones that failed their checks or were stopped.
+_RAN = (CallStatus.PENDING, CallStatus.RUNNING, CallStatus.AWAITING_TASK, CallStatus.SUCCEEDED)
+DEFAULT_LIMITS = {
+    "issue_refund": Limits(conversation_count=3, conversation_cents=10_000, customer_day_cents=20_000),
+}
+
+
+def _dollars(cents: int | None) -> str | None:
+    return f"${cents / 100:,.2f}" if cents is not None else None
+
+
+@dataclass(frozen=True)
 class Policy:
     tool_name: str
     mode: str
@@ -38,6 +90,7 @@ class Policy:
     approvals_required: int = 1
     ttl_seconds: int = DAY
     version: int = 0  # 0: the built-in default, never edited
+    limits: Limits = field(default_factory=Limits)
 
     def needs_approval(self, arguments: dict) -> bool:
         """Whether a call with these arguments must wait for people."""
@@ -57,8 +110,51 @@ class Policy:
             return f"Every {self.tool_name} call needs {people} {within}."
         if self.mode == "above_amount":
             limit = f"${(self.amount_threshold_cents or 0) / 100:,.2f}"
-            return f"{self.tool_name} calls above {limit} need {people} {within}; smaller ones run at once."
-        return f"{self.tool_name} calls run at once."
+            rule = f"{self.tool_name} calls above {limit} need {people} {within}; smaller ones run at once."
+        else:
+            rule = f"{self.tool_name} calls run at once."
+        return f"{rule} {self.limits.describe()}".strip() if self.mode != "always" else rule
+
+    def limit_reached(self, session: Session, call: ToolCall, customer_id: int | None) -> str | None:
+        """Which limit this call, which the rule alone would let run, would pass (in words), or None.
+        Counts the tool's earlier calls that ran with no person, the call's own round included."""
+        if not self.limits.any():
+            return None
+        if session.get_bind().dialect.name == "postgresql":  # one check at a time per tenant and tool
+            session.execute(select(func.pg_advisory_xact_lock(zlib.crc32(f"{call.tenant_id}:{call.name}".encode()))))
+        session.flush()  # the calls of this round so far, and this one (left out below)
+        amount = call.input.get("amount_cents") if isinstance(call.input.get("amount_cents"), int) else 0
+        day = utcnow() - timedelta(days=1)
+        scopes = {
+            "conversation": (ToolCall.conversation_id == call.conversation_id,),
+            "customer_day": (ToolCall.customer_id == customer_id, ToolCall.created_at >= day),
+            "tenant_day": (ToolCall.created_at >= day,),
+        }
+        for scope, words in SCOPES:
+            most_calls, most_cents = getattr(self.limits, f"{scope}_count"), getattr(self.limits, f"{scope}_cents")
+            if (most_calls is None and most_cents is None) or (scope == "customer_day" and customer_id is None):
+                continue
+            calls, cents = session.execute(
+                select(
+                    func.count(ToolCall.id), func.coalesce(func.sum(ToolCall.input["amount_cents"].as_integer()), 0)
+                ).where(
+                    ToolCall.tenant_id == call.tenant_id,
+                    ToolCall.name == call.name,
+                    ToolCall.id != call.id,
+                    ToolCall.requires_approval.is_(False),
+                    ToolCall.status.in_(_RAN),
+                    *scopes[scope],
+                )
+            ).one()
+            if most_calls is not None and calls + 1 > most_calls:
+                ran = f"{calls} {call.name} call{' already ran' if calls == 1 else 's already ran'}"
+                return f"{ran} without a person {words}; the limit is {most_calls}."
+            if most_cents is not None and cents + amount > most_cents:
+                return (
+                    f"With this one, {_dollars(cents + amount)} of {call.name} would run without a person {words}; "
+                    f"the limit is {_dollars(most_cents)}."
+                )
+        return None
 
     def snapshot(self) -> dict:
         return {**asdict(self), "rule": self.describe()}
@@ -71,7 +167,7 @@ def default_policy(tool: Tool) -> Policy:
     if not tool.sensitive:
         return Policy(tool.name, "never", approvals_required=0)
     mode, threshold, approvals = DEFAULTS.get(tool.name, ("always", None, 1))
-    return Policy(tool.name, mode, threshold, approvals)
+    return Policy(tool.name, mode, threshold, approvals, limits=DEFAULT_LIMITS.get(tool.name, Limits()))
 
 
 def policy_for(session: Session, tenant_id: int, tool: Tool) -> Policy:
@@ -79,8 +175,16 @@ def policy_for(session: Session, tenant_id: int, tool: Tool) -> Policy:
     row = session.scalar(select(ToolPolicy).where(ToolPolicy.tenant_id == tenant_id, ToolPolicy.tool_name == tool.name))
     if row is None:
         return default_policy(tool)
+    # A policy saved before limits existed keeps the tool's default limits.
+    limits = DEFAULT_LIMITS.get(tool.name, Limits()) if row.limits is None else Limits.from_dict(row.limits)
     return Policy(
-        row.tool_name, row.mode, row.amount_threshold_cents, row.approvals_required, row.ttl_seconds, row.version
+        row.tool_name,
+        row.mode,
+        row.amount_threshold_cents,
+        row.approvals_required,
+        row.ttl_seconds,
+        row.version,
+        limits,
     )
 
 
@@ -94,8 +198,10 @@ def save_policy(
     approvals_required: int,
     ttl_seconds: int,
     by_user_id: int,
+    limits: Limits | None = None,
 ) -> tuple[Policy, Policy]:
-    """Store a new version of the tool's policy; returns (before, after). PolicyError on bad values."""
+    """Store a new version of the tool's policy; returns (before, after). PolicyError on bad values.
+    Without `limits`, the policy keeps the limits it has."""
     if mode not in MODES:
         raise PolicyError(f"The rule must be one of: {', '.join(MODES)}.")
     if tool.sensitive and mode == "never":
@@ -121,6 +227,8 @@ def save_policy(
     if not isinstance(ttl_seconds, int) or not 300 <= ttl_seconds <= 30 * DAY:
         raise PolicyError("The time to decide must be from 5 minutes to 30 days.")
     before = policy_for(session, tenant_id, tool)
+    limits = before.limits if limits is None else limits
+    _check_limits(tool, limits)
     row = session.scalar(select(ToolPolicy).where(ToolPolicy.tenant_id == tenant_id, ToolPolicy.tool_name == tool.name))
     if row is None:
         row = ToolPolicy(tenant_id=tenant_id, tool_name=tool.name, version=0)
@@ -129,8 +237,22 @@ def save_policy(
     row.amount_threshold_cents = amount_threshold_cents
     row.approvals_required = approvals_required
     row.ttl_seconds = ttl_seconds
+    row.limits = asdict(limits)
     row.version = max(row.version, before.version) + 1
     row.updated_by_id = by_user_id
     row.updated_at = utcnow()
     session.flush()
     return before, policy_for(session, tenant_id, tool)
+
+
+def _check_limits(tool: Tool, limits: Limits) -> None:
+    for scope, words in SCOPES:
+        count, cents = getattr(limits, f"{scope}_count"), getattr(limits, f"{scope}_cents")
+        if count is not None and (not isinstance(count, int) or not 1 <= count <= 100_000):
+            raise PolicyError(f"The most calls {words} must be a whole number from 1 to 100,000, or empty.")
+        if cents is None:
+            continue
+        if "amount_cents" not in tool.Input.model_fields:
+            raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount limit.")
+        if not isinstance(cents, int) or not 1 <= cents <= 10_000_000:
+            raise PolicyError(f"The most money {words} must be from $0.01 to $100,000.00, or empty.")

@@ -234,6 +234,10 @@ class IssueRefund(Tool):
         session.flush()
         return self._result(context, refund, already_existed=False)
 
+    def customer_of(self, input: Input, context: ToolContext) -> int | None:  # noqa: A002
+        invoice = _find_invoice(context, input.invoice_id)
+        return invoice.customer_id if invoice else None
+
     @staticmethod
     def concern(input: Input, invoice: Invoice | None, customer: Customer | None, remaining: int) -> Concern | None:  # noqa: A002
         """Why this refund cannot be issued now, if it cannot: the one check execute and review share."""

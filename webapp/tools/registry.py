@@ -121,6 +121,11 @@ class Tool:
         """What a successful call did, in a sentence for people (None: the result speaks for itself)."""
         return None
 
+    def customer_of(self, input: BaseModel, context: ToolContext) -> int | None:  # noqa: A002
+        """The customer the call acts on, for limits per customer (None: no one in particular)."""
+        customer_id = getattr(input, "customer_id", None)
+        return customer_id if isinstance(customer_id, int) else None
+
     @classmethod
     def resumable(cls) -> bool:
         return cls.resume is not Tool.resume
@@ -203,6 +208,15 @@ class ToolRegistry:
         except Exception:
             log.exception("tool %s could not review tool call %s", name, context.tool_call_id)
             return Review(concerns=(Concern(f"The facts for {name} could not be read just now; reload to try again."),))
+
+    def customer_of(self, name: str, raw_input: Any, context: ToolContext) -> int | None:
+        """The customer a call acts on, when its tool and arguments say (None for a call that would
+        not run as asked)."""
+        tool = self.get(name)
+        try:
+            return tool.customer_of(tool.Input.model_validate(raw_input, strict=True), context) if tool else None
+        except ValidationError:
+            return None
 
     def run(self, name: str, raw_input: Any, context: ToolContext, output_limit: int) -> ToolOutcome:
         """Run one call and turn whatever happens into a tool_result for the model (or an open task)."""
