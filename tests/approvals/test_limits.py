@@ -90,7 +90,8 @@ def test_limits_per_customer_and_per_tenant_add_up_across_conversations_as_the_a
         "awaiting_approval",
     )
     assert same_customer.policy["limit"] == (
-        "With this one, $40.00 of issue_refund would run without a person per customer in 24 hours; the limit is $30.00."
+        "With this one, $40.00 of issue_refund would run without a person per customer in 24 hours; "
+        "the limit is $30.00."
     )
     assert past_tenant.policy["limit"] == (
         "2 issue_refund calls already ran without a person for the whole tenant in 24 hours; the limit is 2."

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from tests.clients import Browser, session_as, sign_in
 from tests.conftest import desk_app, pushed
 from tests.model_server import Fault
-from webapp.models import Conversation, Tenant, User, utcnow
+from webapp.models import Conversation, Message, Tenant, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 
 
@@ -50,6 +50,30 @@ def bare_conversation(tenant_slug: str, **values) -> int:
     conversation_id = conversation.id
     db.session.remove()
     return conversation_id
+
+
+def tool_call_of(conversation_id: int) -> int:
+    """A settled tool call in the conversation (a background export of it is that tenant's job)."""
+    conversation = db.session.get(Conversation, conversation_id)
+    message = Message(conversation_id=conversation_id, seq=1, role="assistant", content=[])
+    db.session.add(message)
+    db.session.flush()
+    call = ToolCall(
+        conversation_id=conversation_id,
+        tenant_id=conversation.tenant_id,
+        message_id=message.id,
+        position=0,
+        tool_use_id="toolu_ops",
+        name="export_customer_data",
+        input={"customer_id": 1},
+        acting_user_id=conversation.user_id,
+        status="succeeded",
+    )
+    db.session.add(call)
+    db.session.commit()
+    call_id = call.id
+    db.session.remove()
+    return call_id
 
 
 def queue_of(app) -> Queue:
@@ -102,18 +126,22 @@ def test_other_roles_are_refused_the_page_and_the_nav_link(app):
 def test_failed_jobs_are_listed_with_their_exception_and_can_be_requeued_or_deleted(app):
     ours = bare_conversation("acme", status="completed")
     theirs = bare_conversation("globex", status="completed")
+    their_call = tool_call_of(theirs)
     queue = queue_of(app)
-    for job_id in (f"move-{ours}-v7", f"move-{ours}-v8", f"move-{theirs}-v3"):
+    others = (f"move-{theirs}-v3", f"wake-{theirs}-1700000000", f"export-{their_call}", "sweep-1")
+    for job_id in (f"move-{ours}-v7", f"move-{ours}-v8", *others):
         queue.enqueue("builtins.int", "not a number", job_id=job_id)
     SimpleWorker([queue], connection=queue.connection).work(burst=True)  # a real worker: each job raises
     failed = FailedJobRegistry(queue=queue)
-    assert failed.get_job_count() == 3
+    assert failed.get_job_count() == 6
 
     admin = sign_in(app, "admin@acme.test")
     html = admin.get("/ops").text
-    assert cell(html, "queue-failed") == "3"
+    assert cell(html, "queue-failed") == "6"
     assert f'id="job-move-{ours}-v7"' in html and f'id="job-move-{ours}-v8"' in html
-    assert f"move-{theirs}-v3" not in html  # another tenant's conversation
+    for job_id in others:  # another tenant's move, wake-up and export, and the desk's own sweep
+        assert job_id not in html, job_id
+    assert "4 failed job(s) of other organisations, or of the desk itself" in html
     assert "ValueError: invalid literal for int()" in html
 
     requeued = admin.post("/ops/jobs/requeue", {"job_id": f"move-{ours}-v7"})
@@ -127,13 +155,13 @@ def test_failed_jobs_are_listed_with_their_exception_and_can_be_requeued_or_dele
     for bad, message in (
         ("", "its id was missing or malformed"),
         ("../../etc", "its id was missing or malformed"),
-        (f"move-{theirs}-v3", "is not among the failed jobs any more"),  # another tenant's: as if absent
+        *((job_id, "is not among the failed jobs any more") for job_id in others),  # not ours: as if absent
         ("no-such-job", "is not among the failed jobs any more"),
     ):
         answer = admin.post("/ops/jobs/delete", {"job_id": bad})
         assert answer.status_code == 303, bad
         assert message in admin.get("/ops").text, bad
-    assert f"move-{theirs}-v3" in failed.get_job_ids()  # never touched by acme's admin
+    assert set(others) <= set(failed.get_job_ids())  # never touched by acme's admin
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """The operations page for admins: the queue and its workers, what failed, what is stuck.
 
 Queue depth, workers and RQ's failed jobs are fleet-wide (one Redis for every tenant) but a failed
-job is listed only when it moved a conversation of the admin's own tenant (or none, like the
-sweeper). Failed and stuck conversations are the admin's tenant's. When Redis is unreachable the
+job is listed, and can be requeued or deleted, only when it worked for the admin's own tenant: a
+move or wake-up of one of its conversations, or a background job of one of its tool calls. Jobs of
+the desk itself (the sweeper) belong to no tenant and are only counted. Failed and stuck
+conversations are the admin's tenant's. When Redis is unreachable the
 page says so and still shows what the database knows.
 
 Every action is a plain form POST answered with a redirect back and a flash message.
@@ -25,7 +27,7 @@ from sqlalchemy import select
 from webapp.agent import sweeper
 from webapp.agent.states import ConversationStatus
 from webapp.conversations import actions as conversations
-from webapp.models import Conversation, utcnow
+from webapp.models import Conversation, ToolCall, utcnow
 from webapp.ops.metrics import queue_counts, worker_slots
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
@@ -37,7 +39,9 @@ bp = Blueprint("ops", __name__, url_prefix="/ops")
 
 LIST_LIMIT = 50
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
-MOVE_JOB_RE = re.compile(r"^move-(\d+)-v\d+(?:-r\d+)?$")
+# Jobs that work for one conversation (moves, wake-ups) or one tool call (background exports), by id.
+CONVERSATION_JOB_RE = re.compile(r"^(?:move-(\d+)-v\d+(?:-r\d+)?|wake-(\d+)-\d+)$")
+TOOL_CALL_JOB_RE = re.compile(r"^export-(\d+)$")
 
 
 @dataclass
@@ -58,7 +62,7 @@ class RedisView:
     counts: dict[str, int] = field(default_factory=dict)
     workers: list[dict] = field(default_factory=list)
     failed_jobs: list[FailedJob] = field(default_factory=list)
-    failed_hidden: int = 0  # failed jobs of other tenants' conversations
+    failed_hidden: int = 0  # failed jobs of other tenants, or of the desk itself
 
 
 @bp.get("")
@@ -145,7 +149,8 @@ def _job_action(action: str):
     dispatcher = services().dispatcher
     try:
         registry = dispatcher.queue.failed_job_registry
-        if job_id not in registry or not _job_in_scope(job_id, current_user.tenant_id):
+        owner = _owners([job_id]).get(job_id)
+        if job_id not in registry or owner is None or owner[1] != current_user.tenant_id:
             flash(f"Job {job_id} is not among the failed jobs any more.", "error")
             return back
         if action == "requeue":
@@ -161,13 +166,35 @@ def _job_action(action: str):
     return back
 
 
-def _job_in_scope(job_id: str, tenant_id: int) -> bool:
-    """A move job of a conversation of this tenant, or a job that moves no conversation."""
-    match = MOVE_JOB_RE.match(job_id)
-    if not match:
-        return True
-    owner = db.session.scalar(select(Conversation.tenant_id).where(Conversation.id == int(match.group(1))))
-    return owner == tenant_id
+def _owners(job_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """Job id -> (conversation id, tenant id) for the jobs that worked for a conversation or one of
+    its tool calls; the desk's own jobs, and jobs whose rows are gone, are absent."""
+    by_conversation: dict[str, int] = {}
+    by_call: dict[str, int] = {}
+    for job_id in job_ids:
+        if match := CONVERSATION_JOB_RE.match(job_id):
+            by_conversation[job_id] = int(match.group(1) or match.group(2))
+        elif match := TOOL_CALL_JOB_RE.match(job_id):
+            by_call[job_id] = int(match.group(1))
+    conversations_found = {
+        cid: tenant
+        for cid, tenant in db.session.execute(
+            select(Conversation.id, Conversation.tenant_id).where(Conversation.id.in_(set(by_conversation.values())))
+        )
+    }
+    calls_found = {
+        call_id: (cid, tenant)
+        for call_id, cid, tenant in db.session.execute(
+            select(ToolCall.id, ToolCall.conversation_id, ToolCall.tenant_id).where(
+                ToolCall.id.in_(set(by_call.values()))
+            )
+        )
+    }
+    owners = {
+        job_id: (cid, conversations_found[cid]) for job_id, cid in by_conversation.items() if cid in conversations_found
+    }
+    owners.update({job_id: calls_found[call_id] for job_id, call_id in by_call.items() if call_id in calls_found})
+    return owners
 
 
 def _redis_view(tenant_id: int) -> RedisView:
@@ -193,21 +220,13 @@ def _redis_view(tenant_id: int) -> RedisView:
         registry = queue.failed_job_registry
         ids = registry.get_job_ids(0, 4 * LIST_LIMIT - 1, desc=True, cleanup=False)
         jobs = [job for job in Job.fetch_many(ids, connection=dispatcher.redis) if job is not None]
-        conversation_ids = {cid for cid in (_conversation_of(job.id) for job in jobs) if cid is not None}
-        ours = set(
-            db.session.scalars(
-                select(Conversation.id).where(
-                    Conversation.id.in_(conversation_ids), Conversation.tenant_id == tenant_id
-                )
-            )
-        )
+        owners = _owners([job.id for job in jobs])
         for job in jobs:
-            cid = _conversation_of(job.id)
-            if cid is not None and cid not in ours:
+            owner = owners.get(job.id)
+            if owner is None or owner[1] != tenant_id:
                 view.failed_hidden += 1
-                continue
-            if len(view.failed_jobs) < LIST_LIMIT:
-                view.failed_jobs.append(_failed_job(job, cid))
+            elif len(view.failed_jobs) < LIST_LIMIT:
+                view.failed_jobs.append(_failed_job(job, owner[0]))
     except (redis.RedisError, OSError) as exc:
         view.error = (
             f"Redis is unreachable ({type(exc).__name__}): queue depth, workers and failed jobs are unknown, and "
@@ -215,11 +234,6 @@ def _redis_view(tenant_id: int) -> RedisView:
             "sweeper re-enqueues them once Redis answers."
         )
     return view
-
-
-def _conversation_of(job_id: str) -> int | None:
-    match = MOVE_JOB_RE.match(job_id)
-    return int(match.group(1)) if match else None
 
 
 def _failed_job(job: Job, conversation_id: int | None) -> FailedJob:
