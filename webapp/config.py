@@ -263,6 +263,9 @@ class Config(_LogSettings):
     max_request_bytes: int = 64 * 1024  # not a variable
     secure_cookies: Flag = Field(False, validation_alias="SECURE_COOKIES", description="1 or 0", examples=["1"])
     session_idle_minutes: int = _whole_number("SESSION_IDLE_MINUTES", 30, minimum=1)
+    # open live pages (server-sent events) one person, and one web process, may have at once
+    live_streams_per_user: int = _whole_number("LIVE_STREAMS_PER_USER", 30, minimum=1)
+    live_streams_per_process: int = _whole_number("LIVE_STREAMS_PER_PROCESS", 500, minimum=1)
     # bearer token for GET /metrics; None: signed-in admins only
     metrics_token: Annotated[str | None, AfterValidator(_long_token)] = Field(
         None, validation_alias="METRICS_TOKEN", repr=False

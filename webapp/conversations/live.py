@@ -1,7 +1,9 @@
 """Server-sent events: pages follow a conversation or their tenant's approvals live.
 
 Redis pub/sub carries small signals ("text", "changed", "approvals-changed"); the page re-fetches
-the fragment a signal concerns, so the stream itself never renders or touches the database.
+the fragment a signal concerns, so the stream itself never renders or touches the database. Every
+stream of a process shares one subscription (webapp/runtime/live_hub.py), capped per person and per
+process.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from flask_login import current_user
 
 from webapp.conversations import actions as conversations
 from webapp.runtime.extensions import db
+from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
 from webapp.runtime.services import services
 from webapp.web.errors import Refused
 from webapp.web.security import signed_in
@@ -23,7 +26,7 @@ from webapp.web.security import signed_in
 bp = Blueprint("live", __name__, url_prefix="/live")
 
 STREAM_SECONDS = 300  # then the browser reconnects (EventSource does so by itself)
-KEEPALIVE_SECONDS = 15
+KEEPALIVE_SECONDS = 5  # also how soon a closed page is noticed and its place under the caps freed
 
 
 @bp.get("/tenant")
@@ -43,29 +46,34 @@ def conversation(conversation_id: int):
 
 
 def _stream(channels: list[str]) -> Response:
+    user_id = current_user.id
+    # A stream lives for minutes: it must not hold a database session, nor SQLite's write lock while
+    # it waits for Redis to confirm its subscription (every other request would wait behind it).
+    db.session.remove()
     try:
-        pubsub = services().dispatcher.redis.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(*channels)
+        listener = services().dispatcher.live.listen(user_id, channels)
+    except TooManyStreams as exc:  # EventSource does not retry a 429: the page stays as it is
+        return Response(f"{exc}\n", status=429, mimetype="text/plain", headers={"Retry-After": "60"})
     except (redis.RedisError, OSError):
         return Response(
             "event: unavailable\ndata: live updates are unavailable\n\n", mimetype="text/event-stream", status=200
         )
-    db.session.remove()  # a stream lives for minutes: it must not hold a database session (or SQLite's lock)
 
     def events():
         yield "retry: 3000\n\n"
         deadline = time.monotonic() + STREAM_SECONDS
         try:
             while time.monotonic() < deadline:
-                message = pubsub.get_message(timeout=KEEPALIVE_SECONDS)
+                message = listener.get(timeout=KEEPALIVE_SECONDS)
                 if message is None:
                     yield ": keepalive\n\n"
-                    continue
-                yield sse_event(json.loads(message["data"]))
-        except (redis.RedisError, OSError):
-            yield "event: unavailable\ndata: live updates were interrupted\n\n"
+                elif message is INTERRUPTED:
+                    yield "event: unavailable\ndata: live updates were interrupted\n\n"
+                    return
+                else:
+                    yield sse_event(json.loads(message))
         finally:
-            pubsub.close()
+            listener.close()
 
     return Response(
         events(), mimetype="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

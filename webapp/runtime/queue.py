@@ -17,6 +17,7 @@ from rq.job import Job, JobStatus
 
 from webapp.config import Config
 from webapp.runtime import embedded_redis
+from webapp.runtime.live_hub import LiveHub
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ WAKE_JOB = "jobs.moves.wake_for_tasks"
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 
-REDIS_CONNECTIONS = 10_000  # per process: a live page holds one (pub/sub), a busy slot one for a moment
+REDIS_CONNECTIONS = 10_000  # per process: a busy slot or request holds one for a moment (live pages share one)
 REDIS_WAIT_SECONDS = 30  # past the cap, a request or a move waits this long for a connection, then fails
 
 
@@ -66,6 +67,11 @@ class Dispatcher:
     @cached_property
     def redis(self) -> redis.Redis:
         return redis_connection(self.config)
+
+    @cached_property
+    def live(self) -> LiveHub:
+        """The process's one subscription for its live pages."""
+        return LiveHub(lambda: self.redis, self.config.live_streams_per_user, self.config.live_streams_per_process)
 
     @cached_property
     def queue(self) -> Queue:
