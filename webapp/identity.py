@@ -61,8 +61,24 @@ def create_user(
     return user
 
 
-def check_password(user: User, password: str) -> bool:
-    return bool(user.password_hash) and check_password_hash(user.password_hash, password)
+# The scrypt hash of a random password nobody knows, made with werkzeug's defaults (what
+# generate_password_hash gives every user): checking a password for an e-mail that has no account does
+# the same work as for one that has, so the time a sign-in takes does not tell which e-mails exist.
+# (tests/web/test_security.py checks that it still uses the method real hashes use.)
+DUMMY_PASSWORD_HASH = (
+    "scrypt:32768:8:1$b47pLwBER9EXIHOj$"
+    "ca9b6c30021ef992f8901d63dd07974913d6276d4ed4111c73f8304cf3edd460"
+    "ca3a2dfb9c767d853123eb7b932b93b8ccb5590ac81e9fbdfdb2009b5de5c314"
+)
+
+
+def check_password(user: User | None, password: str) -> bool:
+    """Whether the password is the user's. Always one scrypt check, also when there is no user (or no
+    password set): then against DUMMY_PASSWORD_HASH, and False."""
+    if user is None or not user.password_hash:
+        check_password_hash(DUMMY_PASSWORD_HASH, password or "")
+        return False
+    return check_password_hash(user.password_hash, password)
 
 
 def create_token(session: Session, user: User) -> str:

@@ -54,7 +54,10 @@ def login():
         status = 401 if request.method == "POST" else 200
         return render_template("accounts/sign_in.html", form=form), status
     user = user_by_email(form.email.data)
-    if user is None or not user.active or not check_password(user, form.password.data):
+    # One scrypt check whatever the e-mail (a dummy hash when there is no such account, the real one
+    # for a disabled account too), so how long this takes does not tell which accounts exist.
+    password_ok = check_password(user, form.password.data)
+    if user is None or not user.active or not password_ok:
         # The person typing is unknown: the account is the target, not the actor.
         audit_chain.record(
             db.session,
