@@ -11,7 +11,16 @@ from wtforms.validators import DataRequired, Length
 from webapp import audit_chain
 from webapp.identity import check_password
 from webapp.runtime.extensions import db
-from webapp.web.security import limiter, public, redirect_home, safe_next, signed_in, user_by_email
+from webapp.web.security import (
+    ACCOUNT_SIGN_IN_LIMIT,
+    account_limit_key,
+    limiter,
+    public,
+    redirect_home,
+    safe_next,
+    signed_in,
+    user_by_email,
+)
 
 bp = Blueprint("auth", __name__)
 
@@ -28,7 +37,7 @@ def _failed(response) -> bool:
 
 
 def _attempted_account() -> str:
-    return "account:" + (request.form.get("email") or "").strip().lower()[:254]
+    return account_limit_key(request.form.get("email") or "")
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -40,7 +49,7 @@ def _attempted_account() -> str:
     error_message="Too many failed sign-ins from your address; wait 15 minutes.",
 )
 @limiter.limit(
-    "5 per 15 minutes",
+    ACCOUNT_SIGN_IN_LIMIT,
     key_func=_attempted_account,
     methods=["POST"],
     deduct_when=_failed,

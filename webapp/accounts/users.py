@@ -1,5 +1,6 @@
 """The users admin page: an admin adds the people of their own tenant, sets their roles, disables or
-enables them and resets their passwords. Every change is audited.
+enables them, resets their passwords and unlocks an account that failed sign-ins locked. Every change
+is audited.
 
 Each row action works as a plain form POST (redirect back with a flash message) and with htmx (the
 HX-Request header): then the answer is the updated row fragment, templates/accounts/_user_row.html.
@@ -17,11 +18,12 @@ from wtforms.validators import DataRequired, Length, ValidationError
 from wtforms.widgets import CheckboxInput, ListWidget
 
 from webapp import audit_chain, identity
+from webapp.accounts import actions
 from webapp.identity import EMAIL_RE, AccountError
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.web.htmx import is_htmx
-from webapp.web.security import roles_required
+from webapp.web.security import account_locked, roles_required
 
 bp = Blueprint("users", __name__, url_prefix="/admin/users")
 
@@ -182,6 +184,20 @@ def reset_password(user_id: int):
     return _done(user, f"{user.email} has a new password; their open sessions ended.")
 
 
+@bp.post("/<int:user_id>/unlock")
+@roles_required("admin")
+def unlock(user_id: int):
+    """Forget the failed sign-ins that locked the user's account, so they can sign in again now."""
+    user = _tenant_user(user_id)
+    try:
+        was_locked = actions.unlock(db.session, _admin(), user)
+    except AccountError as exc:
+        return _failed(user, exc)
+    if was_locked:
+        return _done(user, f"{user.email} is unlocked and can sign in again now.")
+    return _done(user, f"{user.email} was not locked; nothing changed.")
+
+
 # --- helpers --------------------------------------------------------------------------------------
 
 
@@ -213,7 +229,9 @@ def _sentence(message: str) -> str:
 
 def _done(user: User, message: str):
     if is_htmx():
-        return render_template("accounts/_user_row.html", user=user, roles=ROLES, notice=message)
+        return render_template(
+            "accounts/_user_row.html", user=user, roles=ROLES, notice=message, locked=account_locked(user.email)
+        )
     flash(message, "info")
     return redirect(url_for(".index", _anchor=f"user-{user.id}"), 303)
 
@@ -223,10 +241,16 @@ def _failed(user: User, exc: AccountError):
     message = _sentence(str(exc))
     if is_htmx():
         # 422, which the base template's htmx config swaps (webapp/web/htmx.py): the row shows the error.
-        return render_template("accounts/_user_row.html", user=user, roles=ROLES, error=message), 422
+        row = render_template(
+            "accounts/_user_row.html", user=user, roles=ROLES, error=message, locked=account_locked(user.email)
+        )
+        return row, 422
     return _users_page(CreateUserForm(formdata=None), row_errors={user.id: message}), 422
 
 
 def _users_page(form: CreateUserForm, row_errors: dict[int, str] | None = None) -> str:
     users = db.session.scalars(select(User).where(User.tenant_id == current_user.tenant_id).order_by(User.email)).all()
-    return render_template("accounts/users.html", users=users, roles=ROLES, form=form, row_errors=row_errors or {})
+    locked = {user.id for user in users if account_locked(user.email)}
+    return render_template(
+        "accounts/users.html", users=users, roles=ROLES, form=form, row_errors=row_errors or {}, locked_ids=locked
+    )

@@ -56,6 +56,7 @@ ACTIONS = (
     "user_disabled",
     "user_enabled",
     "user_password_reset",
+    "user_unlocked",
 )
 OUTCOMES = (
     "succeeded",

@@ -16,10 +16,11 @@ from flask_limiter import Limiter
 from flask_login import LoginManager, current_user
 from flask_talisman import Talisman
 from flask_wtf.csrf import CSRFProtect
+from limits import parse as parse_limit
 from sqlalchemy import select
 
 from webapp.config import Config
-from webapp.identity import user_for_token
+from webapp.identity import AccountError, user_for_token
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.web.errors import Refused
@@ -34,6 +35,36 @@ def _client_address() -> str:
 
 
 limiter = Limiter(key_func=_client_address, swallow_errors=True, in_memory_fallback_enabled=True)
+
+# Failed sign-ins allowed per account; past it the account is locked until the window passes or an
+# admin unlocks it (unlock_account).
+ACCOUNT_SIGN_IN_LIMIT = "5 per 15 minutes"
+_SIGN_IN_ENDPOINT = "auth.login"  # the limit's scope: the view it decorates
+
+
+def account_limit_key(email: str) -> str:
+    """The rate-limit key of sign-ins to this account."""
+    return "account:" + (email or "").strip().lower()[:254]
+
+
+def account_locked(email: str) -> bool:
+    """Whether too many failed sign-ins locked this account (False when the limiter cannot tell)."""
+    try:
+        return not limiter.limiter.test(parse_limit(ACCOUNT_SIGN_IN_LIMIT), account_limit_key(email), _SIGN_IN_ENDPOINT)
+    except Exception:  # the limiter's storage is unreachable: it does not lock anyone then either
+        return False
+
+
+def unlock_account(email: str) -> bool:
+    """Forget the account's failed sign-ins; True if they had locked it. AccountError when the store
+    of the sign-in limits cannot be reached."""
+    locked = account_locked(email)
+    try:
+        limiter.limiter.clear(parse_limit(ACCOUNT_SIGN_IN_LIMIT), account_limit_key(email), _SIGN_IN_ENDPOINT)
+    except Exception:
+        raise AccountError("the store of the sign-in limits (Redis) cannot be reached; try again in a minute") from None
+    return locked
+
 
 CSP = {
     "default-src": "'self'",
