@@ -32,6 +32,7 @@ from webapp.models import Base
 ROOT = Path(__file__).resolve().parent.parent
 # Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
 RUNTIME_TABLES = [
+    "user_sessions",
     "model_calls",
     "summaries",
     "assistant_settings",

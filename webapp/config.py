@@ -263,6 +263,8 @@ class Config(_LogSettings):
     max_request_bytes: int = 64 * 1024  # not a variable
     secure_cookies: Flag = Field(False, validation_alias="SECURE_COOKIES", description="1 or 0", examples=["1"])
     session_idle_minutes: int = _whole_number("SESSION_IDLE_MINUTES", 30, minimum=1)
+    # the longest a signed-in session lasts, however busy; then the person signs in again
+    session_max_hours: float = _number_of("hours", "SESSION_MAX_HOURS", 12.0, minimum=0.01)
     # bearer token for GET /metrics; None: signed-in admins only
     metrics_token: Annotated[str | None, AfterValidator(_long_token)] = Field(
         None, validation_alias="METRICS_TOKEN", repr=False

@@ -1,16 +1,18 @@
-"""People and API tokens: creating users, issuing tokens, and resolving a bearer token to a user."""
+"""People, their browser sessions and API tokens: creating users, checking passwords, opening and
+ending sessions, issuing tokens, and resolving a bearer token to a user."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 import secrets
+from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from webapp.models import ROLES, ApiToken, Tenant, User
+from webapp.models import ROLES, ApiToken, Tenant, User, UserSession, utcnow
 
 EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,189}\.[^@\s]{2,}$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -81,6 +83,59 @@ def check_password(user: User | None, password: str) -> bool:
     return check_password_hash(user.password_hash, password)
 
 
+# --- browser sessions -----------------------------------------------------------------------------
+
+
+def open_session(session: Session, user: User) -> str:
+    """A new browser session for the user; the key goes in the (signed) cookie, its hash in the table."""
+    key = secrets.token_urlsafe(24)
+    session.add(UserSession(user_id=user.id, key_hash=hash_token(key)))
+    session.flush()
+    return key
+
+
+def live_session(
+    session: Session, user: User, key: str | None, idle: timedelta, longest: timedelta, now: datetime | None = None
+) -> UserSession | None:
+    """The user's session with this key if it is neither ended, nor idle longer than `idle`, nor older
+    than `longest`; None otherwise (a session found too old or idle is ended on the way)."""
+    if not key or len(key) > 100:
+        return None
+    row = session.scalar(
+        select(UserSession).where(UserSession.key_hash == hash_token(key), UserSession.user_id == user.id)
+    )
+    if row is None or row.ended_at is not None:
+        return None
+    now = now or utcnow()
+    if row.last_seen_at + idle < now or row.created_at + longest < now:
+        row.ended_at = now
+        session.flush()
+        return None
+    return row
+
+
+def end_session(session: Session, key: str | None) -> bool:
+    """End one browser session for good (signing out); True if it was open."""
+    if not key:
+        return False
+    ended = session.execute(
+        update(UserSession)
+        .where(UserSession.key_hash == hash_token(key), UserSession.ended_at.is_(None))
+        .values(ended_at=utcnow())
+    )
+    return bool(ended.rowcount)
+
+
+def end_sessions(session: Session, user: User) -> int:
+    """End every open browser session of the user; how many there were."""
+    ended = session.execute(
+        update(UserSession)
+        .where(UserSession.user_id == user.id, UserSession.ended_at.is_(None))
+        .values(ended_at=utcnow())
+    )
+    return ended.rowcount or 0
+
+
 def create_token(session: Session, user: User) -> str:
     """A new API token for the user; only its hash is stored, so this is the one time it is seen."""
     token = "adk_" + secrets.token_urlsafe(32)
@@ -134,6 +189,7 @@ def set_active(session: Session, user: User, active: bool, *, actor: User | None
     user.active = active
     if not active:
         user.session_token = secrets.token_hex(16)
+        end_sessions(session, user)
     session.flush()
     return True
 
@@ -147,4 +203,5 @@ def reset_password(session: Session, user: User, new_password: str) -> None:
         raise AccountError("the new password must be at most 200 characters")
     user.password_hash = generate_password_hash(new_password)
     user.session_token = secrets.token_hex(16)
+    end_sessions(session, user)
     session.flush()

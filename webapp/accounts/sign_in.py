@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
-from flask_login import current_user, login_user, logout_user
+from flask_login import current_user, logout_user
 from flask_wtf import FlaskForm
 from wtforms import EmailField, PasswordField
 from wtforms.validators import DataRequired, Length
@@ -14,6 +14,8 @@ from webapp.runtime.extensions import db
 from webapp.web.security import (
     ACCOUNT_SIGN_IN_LIMIT,
     account_limit_key,
+    begin_session,
+    end_this_session,
     limiter,
     public,
     redirect_home,
@@ -84,8 +86,7 @@ def login():
         form.password.errors = [FAILED]
         return render_template("accounts/sign_in.html", form=form), 401
     session.clear()  # a fresh session at sign-in: nothing from before survives (fixation)
-    login_user(user)
-    session.permanent = True
+    begin_session(user)
     audit_chain.record(
         db.session,
         "sign_in",
@@ -104,6 +105,7 @@ def logout():
     audit_chain.record(
         db.session, "sign_out", tenant_id=current_user.tenant_id, actor=current_user._get_current_object()
     )
+    end_this_session()  # for good: a copy of the cookie replayed later is signed out too
     db.session.commit()
     logout_user()
     session.clear()

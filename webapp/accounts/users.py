@@ -9,7 +9,7 @@ HX-Request header): then the answer is the updated row fragment, templates/accou
 from __future__ import annotations
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
-from flask_login import current_user, login_user
+from flask_login import current_user
 from flask_wtf import FlaskForm
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -23,7 +23,7 @@ from webapp.identity import EMAIL_RE, AccountError
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.web.htmx import is_htmx
-from webapp.web.security import account_locked, roles_required
+from webapp.web.security import account_locked, begin_session, roles_required
 
 bp = Blueprint("users", __name__, url_prefix="/admin/users")
 
@@ -178,9 +178,9 @@ def reset_password(user_id: int):
     except AccountError as exc:
         return _failed(user, exc)
     _record("user_password_reset", user)
-    db.session.commit()
     if user.id == admin.id:
-        login_user(user)  # the reset ended every session of theirs; keep this one, the one that asked
+        begin_session(user)  # the reset ended every session of theirs; keep this one, the one that asked
+    db.session.commit()
     return _done(user, f"{user.email} has a new password; their open sessions ended.")
 
 
