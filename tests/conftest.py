@@ -323,6 +323,9 @@ class _AsUser:
     def post(self, url, **kw):
         return self._done(self.client.post(url, headers=self.headers, **kw))
 
+    def delete(self, url, **kw):
+        return self._done(self.client.delete(url, headers=self.headers, **kw))
+
     @staticmethod
     def _done(response):
         return response

@@ -1,5 +1,5 @@
 """People, their browser sessions and API tokens: creating users, checking passwords, opening and
-ending sessions, issuing tokens, and resolving a bearer token to a user."""
+ending sessions, issuing, listing and revoking tokens, and resolving a bearer token to a user."""
 
 from __future__ import annotations
 
@@ -136,22 +136,102 @@ def end_sessions(session: Session, user: User) -> int:
     return ended.rowcount or 0
 
 
-def create_token(session: Session, user: User) -> str:
-    """A new API token for the user; only its hash is stored, so this is the one time it is seen."""
+# --- API tokens -----------------------------------------------------------------------------------
+
+TOKEN_PREFIX_CHARS = 12  # "adk_" and 8 random characters: enough to tell tokens apart, never to use one
+MAX_TOKEN_NAME_CHARS = 100
+MAX_TOKEN_DAYS = 3650
+
+
+def issue_token(
+    session: Session, user: User, name: str = "", expires_in_days: int | None = None
+) -> tuple[ApiToken, str]:
+    """A new API token for the user: its row and the token itself, which is seen only this once (only its
+    hash is stored). AccountError when the name or the expiry is not acceptable."""
+    name = (name or "").strip()
+    if len(name) > MAX_TOKEN_NAME_CHARS:
+        raise AccountError(f"the token's name must be at most {MAX_TOKEN_NAME_CHARS} characters")
+    if expires_in_days is not None and not 1 <= expires_in_days <= MAX_TOKEN_DAYS:
+        raise AccountError(f"a token expires after 1 to {MAX_TOKEN_DAYS} days, or never (leave it empty)")
     token = "adk_" + secrets.token_urlsafe(32)
-    session.add(ApiToken(user_id=user.id, token_hash=hash_token(token)))
+    row = ApiToken(
+        user_id=user.id,
+        token_hash=hash_token(token),
+        name=name,
+        prefix=token[:TOKEN_PREFIX_CHARS],
+        expires_at=utcnow() + timedelta(days=expires_in_days) if expires_in_days else None,
+    )
+    session.add(row)
     session.flush()
-    return token
+    return row, token
+
+
+def create_token(session: Session, user: User, name: str = "", expires_in_days: int | None = None) -> str:
+    """A new API token for the user; only its hash is stored, so this is the one time it is seen."""
+    return issue_token(session, user, name, expires_in_days)[1]
+
+
+def token_state(row: ApiToken, now: datetime | None = None) -> str:
+    """ "revoked", "expired" or "active"."""
+    if row.revoked_at is not None:
+        return "revoked"
+    if row.expires_at is not None and row.expires_at <= (now or utcnow()):
+        return "expired"
+    return "active"
+
+
+def tokens_of(session: Session, user: User) -> list[ApiToken]:
+    """The user's tokens, newest first (revoked and expired ones too: they say when)."""
+    return list(session.scalars(select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())))
+
+
+def find_token(session: Session, ref: str) -> ApiToken:
+    """A token by its number or by its first characters (as the tokens page shows them); AccountError
+    naming what to type when there is none, or when the characters fit several tokens."""
+    ref = (ref or "").strip().removeprefix("#")
+    if ref.isdigit() and len(ref) < 12:
+        row = session.get(ApiToken, int(ref))
+        if row is None:
+            raise AccountError(f"there is no API token number {ref}; the tokens page lists them")
+        return row
+    if len(ref) < 6 or len(ref) > TOKEN_PREFIX_CHARS:
+        raise AccountError(
+            f"give a token's number or its first {TOKEN_PREFIX_CHARS} characters (like adk_Ab3dE6gH), "
+            f"as the tokens page shows them; got {ref!r}"
+        )
+    rows = session.scalars(select(ApiToken).where(ApiToken.prefix.startswith(ref, autoescape=True)).limit(2)).all()
+    if not rows:
+        raise AccountError(f"no API token starts with {ref!r}; the tokens page lists them")
+    if len(rows) > 1:
+        raise AccountError(f"several API tokens start with {ref!r}; give its number instead")
+    return rows[0]
+
+
+def revoke_token(session: Session, row: ApiToken) -> bool:
+    """Revoke the token for good; True if it was not revoked already."""
+    if row.revoked_at is not None:
+        return False
+    row.revoked_at = utcnow()
+    session.flush()
+    return True
+
+
+def revoke_tokens(session: Session, user: User) -> int:
+    """Revoke every token of the user (password reset, disabling); how many were still unrevoked."""
+    revoked = session.execute(
+        update(ApiToken).where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None)).values(revoked_at=utcnow())
+    )
+    return revoked.rowcount or 0
 
 
 def user_for_token(session: Session, token: str) -> User | None:
-    """The active user a bearer token belongs to, or None."""
+    """The active user a bearer token belongs to, or None (unknown, revoked or expired token)."""
     if not token or len(token) > 200:
         return None
     row = session.scalar(
         select(ApiToken).where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
     )
-    if row is None or not row.user.active:
+    if row is None or token_state(row) != "active" or not row.user.active:
         return None
     return row.user
 
@@ -180,8 +260,8 @@ def set_roles(session: Session, user: User, roles, *, actor: User | None = None)
 
 def set_active(session: Session, user: User, active: bool, *, actor: User | None = None) -> bool:
     """Enable or disable the user; True when that changed anything. Disabling ends every browser
-    session of theirs at once; their API tokens stop working because user_for_token checks active.
-    AccountError when an admin (actor) would disable themself."""
+    session of theirs at once and revokes their API tokens for good (enabling them again brings
+    neither back). AccountError when an admin (actor) would disable themself."""
     if not active and actor is not None and actor.id == user.id:
         raise AccountError("you cannot disable your own account; ask another admin to do it")
     if user.active == active:
@@ -190,13 +270,15 @@ def set_active(session: Session, user: User, active: bool, *, actor: User | None
     if not active:
         user.session_token = secrets.token_hex(16)
         end_sessions(session, user)
+        revoke_tokens(session, user)
     session.flush()
     return True
 
 
-def reset_password(session: Session, user: User, new_password: str) -> None:
-    """Set a new password and end every browser session of the user's. AccountError when the
-    password is shorter than 8 or longer than 200 characters."""
+def reset_password(session: Session, user: User, new_password: str) -> int:
+    """Set a new password, end every browser session of the user's and revoke their API tokens; how
+    many tokens were revoked. AccountError when the password is shorter than 8 or longer than 200
+    characters."""
     if len(new_password or "") < 8:
         raise AccountError("the new password must be at least 8 characters")
     if len(new_password) > 200:
@@ -204,4 +286,6 @@ def reset_password(session: Session, user: User, new_password: str) -> None:
     user.password_hash = generate_password_hash(new_password)
     user.session_token = secrets.token_hex(16)
     end_sessions(session, user)
+    revoked = revoke_tokens(session, user)
     session.flush()
+    return revoked

@@ -1,6 +1,6 @@
 """The users admin page: an admin adds the people of their own tenant, sets their roles, disables or
-enables them, resets their passwords and unlocks an account that failed sign-ins locked. Every change
-is audited.
+enables them, resets their passwords, unlocks an account that failed sign-ins locked, and sees and
+revokes their API tokens. Every change is audited.
 
 Each row action works as a plain form POST (redirect back with a flash message) and with htmx (the
 HX-Request header): then the answer is the updated row fragment, templates/accounts/_user_row.html.
@@ -153,7 +153,7 @@ def disable(user_id: int):
     if changed:
         _record("user_disabled", user)
         db.session.commit()
-    return _done(user, f"{user.email} is disabled: their sessions ended and their API tokens stopped working.")
+    return _done(user, f"{user.email} is disabled: their sessions ended and their API tokens are revoked.")
 
 
 @bp.post("/<int:user_id>/enable")
@@ -174,14 +174,15 @@ def reset_password(user_id: int):
     user = _tenant_user(user_id)
     admin = _admin()
     try:
-        identity.reset_password(db.session, user, request.form.get("password", ""))
+        revoked = identity.reset_password(db.session, user, request.form.get("password", ""))
     except AccountError as exc:
         return _failed(user, exc)
-    _record("user_password_reset", user)
+    _record("user_password_reset", user, tokens_revoked=revoked)
     if user.id == admin.id:
         begin_session(user)  # the reset ended every session of theirs; keep this one, the one that asked
     db.session.commit()
-    return _done(user, f"{user.email} has a new password; their open sessions ended.")
+    tokens = f" and {revoked} API token{'s' if revoked != 1 else ''} revoked" if revoked else ""
+    return _done(user, f"{user.email} has a new password; their open sessions ended{tokens}.")
 
 
 @bp.post("/<int:user_id>/unlock")

@@ -57,6 +57,8 @@ ACTIONS = (
     "user_enabled",
     "user_password_reset",
     "user_unlocked",
+    "api_token_created",
+    "api_token_revoked",
 )
 OUTCOMES = (
     "succeeded",
