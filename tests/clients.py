@@ -7,8 +7,10 @@ import re
 
 from sqlalchemy import select
 
+from webapp.identity import open_session
 from webapp.models import User
 from webapp.runtime.extensions import db
+from webapp.web.security import SESSION_KEY
 
 PASSWORD = "demo-password"
 CSRF = re.compile(r'name="csrf_token"[^>]*value="([^"]+)"')
@@ -57,8 +59,12 @@ def session_as(app, email: str):
     """A test client whose session belongs to this user (for walking many routes quickly)."""
     client = app.test_client()
     user = db.session.scalar(select(User).where(User.email == email))
+    key = open_session(db.session, user)  # the server-side session the cookie names
+    db.session.commit()
     with client.session_transaction() as session:
         session["_user_id"] = user.get_id()
         session["_fresh"] = True
+        session[SESSION_KEY] = key
+        session.permanent = True
     db.session.remove()
     return client

@@ -32,6 +32,7 @@ from webapp.models import Base
 ROOT = Path(__file__).resolve().parent.parent
 # Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
 RUNTIME_TABLES = [
+    "user_sessions",
     "model_calls",
     "summaries",
     "assistant_settings",
@@ -321,6 +322,9 @@ class _AsUser:
 
     def post(self, url, **kw):
         return self._done(self.client.post(url, headers=self.headers, **kw))
+
+    def delete(self, url, **kw):
+        return self._done(self.client.delete(url, headers=self.headers, **kw))
 
     @staticmethod
     def _done(response):

@@ -76,7 +76,7 @@ def create_app(config: Config | None = None) -> Flask:
 def _register_features(app: Flask) -> None:
     """Each feature package's blueprints, the navigation across them, and the command line."""
     from webapp import cli, navigation
-    from webapp.accounts import assistant, policies, sign_in, users
+    from webapp.accounts import assistant, policies, sign_in, tokens, users
     from webapp.api import routes as api
     from webapp.approvals import pages as approvals
     from webapp.audit import pages as audit
@@ -97,6 +97,7 @@ def _register_features(app: Flask) -> None:
         approvals.bp,
         audit.bp,
         users.bp,
+        tokens.bp,
         policies.bp,
         assistant.bp,
         ops.bp,

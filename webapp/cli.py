@@ -8,7 +8,15 @@ from flask.cli import AppGroup
 from sqlalchemy import select
 
 from webapp import audit_chain
-from webapp.identity import AccountError, create_token, create_user, get_or_create_tenant
+from webapp.identity import (
+    MAX_TOKEN_DAYS,
+    AccountError,
+    create_user,
+    find_token,
+    get_or_create_tenant,
+    issue_token,
+    revoke_token,
+)
 from webapp.llm import endpoints
 from webapp.models import ROLES, User
 from webapp.runtime import embedded_redis
@@ -57,15 +65,61 @@ def register(app: Flask) -> None:
 
     @app.cli.command("create-token")
     @click.argument("email")
-    def create_token_command(email):
+    @click.option("--name", default="", help="What the token is for (shown on the tokens page).")
+    @click.option(
+        "--expires-days",
+        type=click.IntRange(1, MAX_TOKEN_DAYS),
+        default=None,
+        help="Days until it stops working by itself (default: until revoked).",
+    )
+    def create_token_command(email, name, expires_days):
         """Issue an API token for a user; the token is the last line printed."""
         user = db.session.scalar(select(User).where(User.email == email.strip().lower()))
         if user is None or not user.active:
             raise click.UsageError(f"No active user {email}; create one with create-user.")
-        token = create_token(db.session, user)
+        try:
+            row, token = issue_token(db.session, user, name, expires_days)
+        except AccountError as exc:
+            db.session.rollback()
+            raise click.UsageError(str(exc)) from None
+        audit_chain.record(
+            db.session,
+            "api_token_created",
+            tenant_id=user.tenant_id,
+            actor_label="command line",
+            data={"token_id": row.id, "name": row.name, "prefix": row.prefix, "user_id": user.id, "email": user.email},
+        )
         db.session.commit()
-        click.echo(f"API token for {user.email} (shown once, store it now):")
+        click.echo(f"API token #{row.id} for {user.email} (shown once, store it now):")
         click.echo(token)
+
+    @app.cli.command("revoke-token")
+    @click.argument("token")
+    def revoke_token_command(token):
+        """Revoke an API token for good, by its number or its first characters (as the tokens page shows them)."""
+        try:
+            row = find_token(db.session, token)
+        except AccountError as exc:
+            raise click.UsageError(str(exc)) from None
+        label = f"#{row.id}{' ' + row.prefix if row.prefix else ''}{' (' + row.name + ')' if row.name else ''}"
+        if not revoke_token(db.session, row):
+            click.echo(f"API token {label} of {row.user.email} was already revoked.")
+            return
+        audit_chain.record(
+            db.session,
+            "api_token_revoked",
+            tenant_id=row.user.tenant_id,
+            actor_label="command line",
+            data={
+                "token_id": row.id,
+                "name": row.name,
+                "prefix": row.prefix,
+                "user_id": row.user_id,
+                "email": row.user.email,
+            },
+        )
+        db.session.commit()
+        click.echo(f"Revoked API token {label} of {row.user.email}; programs using it are refused from now on.")
 
     @app.cli.command("outbox")
     @click.option("--last", default=5, type=click.IntRange(1, 100), help="How many emails, newest first.")

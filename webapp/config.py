@@ -266,6 +266,8 @@ class Config(_LogSettings):
     # open live pages (server-sent events) one person, and one web process, may have at once
     live_streams_per_user: int = _whole_number("LIVE_STREAMS_PER_USER", 30, minimum=1)
     live_streams_per_process: int = _whole_number("LIVE_STREAMS_PER_PROCESS", 500, minimum=1)
+    # the longest a signed-in session lasts, however busy; then the person signs in again
+    session_max_hours: float = _number_of("hours", "SESSION_MAX_HOURS", 12.0, minimum=0.01)
     # bearer token for GET /metrics; None: signed-in admins only
     metrics_token: Annotated[str | None, AfterValidator(_long_token)] = Field(
         None, validation_alias="METRICS_TOKEN", repr=False

@@ -166,8 +166,27 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # What people see of a token: the name its owner gave it and its first characters (never the rest).
+    name: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    prefix: Mapped[str] = mapped_column(String(16), default="", server_default="", index=True)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: until revoked
 
     user: Mapped[User] = relationship()
+
+
+class UserSession(Base):
+    """One signed-in browser session. The cookie names it by a random key (only its sha256 is stored);
+    signing out ends it for good, and it ends when idle longer than the idle limit (counted from the
+    person's own last request) or older than the longest a session may last."""
+
+    __tablename__ = "user_sessions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 # --- the loop -----------------------------------------------------------------------------------

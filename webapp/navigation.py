@@ -35,6 +35,7 @@ ITEMS = (
     ),
     NavItem("audit.index", "Audit log", ("auditor", "admin"), "who did what, when, and what it cost"),
     NavItem("users.index", "Users", ("admin",), "people, roles and passwords"),
+    NavItem("tokens.index", "API tokens", ("agent", "reviewer", "auditor", "admin"), "your tokens for programs"),
     NavItem("policies.index", "Policies", ("admin",), "which tool calls wait for people, and how many"),
     NavItem("assistant.index", "Assistant", ("admin",), "how the assistant writes, and its extra rules"),
 )

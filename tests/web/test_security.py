@@ -51,6 +51,9 @@ EXPECTED = {
     "api.list_approvals": {"reviewer"},
     "api.get_approval": {"reviewer"},
     "api.decide_approval": {"reviewer"},
+    "api.list_tokens": EVERYONE,
+    "api.revoke_token": EVERYONE,
+    "tokens.of_user": {"admin"},
     "metrics.metrics": {"admin"},  # or Prometheus with the METRICS_TOKEN (tests/test_metrics.py)
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
@@ -59,6 +62,7 @@ PREFIX_EXPECTED = {
     "users.": {"admin"},
     "policies.": {"admin"},
     "assistant.": {"admin"},
+    "tokens.": EVERYONE,
     "approvals.": {"reviewer"},
     "live.": EVERYONE,
     "audit.": {"auditor", "admin"},
@@ -95,7 +99,7 @@ def sample(app, api, model):
     conversation = db.session.get(Conversation, created["id"])
     services().loop(db.session, conversation).complete()
     call = db.session.scalar(select(ToolCall).where(ToolCall.conversation_id == conversation.id))
-    from webapp.identity import create_user, get_or_create_tenant
+    from webapp.identity import create_user, get_or_create_tenant, issue_token
 
     # Admin routes act on this user (disable, roles, password), never on a demo login.
     target = create_user(
@@ -105,11 +109,13 @@ def sample(app, api, model):
         ["agent"],
         get_or_create_tenant(db.session, "acme"),
     )
+    token = issue_token(db.session, target, "matrix")[0]
     db.session.commit()
     values = {
         "conversation_id": conversation.id,
         "tool_call_id": call.id,
         "user_id": target.id,
+        "token_id": token.id,
         "tool_name": "send_email",
     }
     db.session.remove()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
-from flask_login import current_user, login_user, logout_user
+from flask_login import current_user, logout_user
 from flask_wtf import FlaskForm
 from wtforms import EmailField, PasswordField
 from wtforms.validators import DataRequired, Length
@@ -11,7 +11,18 @@ from wtforms.validators import DataRequired, Length
 from webapp import audit_chain
 from webapp.identity import check_password
 from webapp.runtime.extensions import db
-from webapp.web.security import limiter, public, redirect_home, safe_next, signed_in, user_by_email
+from webapp.web.security import (
+    ACCOUNT_SIGN_IN_LIMIT,
+    account_limit_key,
+    begin_session,
+    end_this_session,
+    limiter,
+    public,
+    redirect_home,
+    safe_next,
+    signed_in,
+    user_by_email,
+)
 
 bp = Blueprint("auth", __name__)
 
@@ -28,7 +39,7 @@ def _failed(response) -> bool:
 
 
 def _attempted_account() -> str:
-    return "account:" + (request.form.get("email") or "").strip().lower()[:254]
+    return account_limit_key(request.form.get("email") or "")
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -40,7 +51,7 @@ def _attempted_account() -> str:
     error_message="Too many failed sign-ins from your address; wait 15 minutes.",
 )
 @limiter.limit(
-    "5 per 15 minutes",
+    ACCOUNT_SIGN_IN_LIMIT,
     key_func=_attempted_account,
     methods=["POST"],
     deduct_when=_failed,
@@ -54,7 +65,10 @@ def login():
         status = 401 if request.method == "POST" else 200
         return render_template("accounts/sign_in.html", form=form), status
     user = user_by_email(form.email.data)
-    if user is None or not user.active or not check_password(user, form.password.data):
+    # One scrypt check whatever the e-mail (a dummy hash when there is no such account, the real one
+    # for a disabled account too), so how long this takes does not tell which accounts exist.
+    password_ok = check_password(user, form.password.data)
+    if user is None or not user.active or not password_ok:
         # The person typing is unknown: the account is the target, not the actor.
         audit_chain.record(
             db.session,
@@ -72,8 +86,7 @@ def login():
         form.password.errors = [FAILED]
         return render_template("accounts/sign_in.html", form=form), 401
     session.clear()  # a fresh session at sign-in: nothing from before survives (fixation)
-    login_user(user)
-    session.permanent = True
+    begin_session(user)
     audit_chain.record(
         db.session,
         "sign_in",
@@ -92,6 +105,7 @@ def logout():
     audit_chain.record(
         db.session, "sign_out", tenant_id=current_user.tenant_id, actor=current_user._get_current_object()
     )
+    end_this_session()  # for good: a copy of the cookie replayed later is signed out too
     db.session.commit()
     logout_user()
     session.clear()

@@ -1,5 +1,6 @@
 """The users admin page: an admin adds the people of their own tenant, sets their roles, disables or
-enables them and resets their passwords. Every change is audited.
+enables them, resets their passwords, unlocks an account that failed sign-ins locked, and sees and
+revokes their API tokens. Every change is audited.
 
 Each row action works as a plain form POST (redirect back with a flash message) and with htmx (the
 HX-Request header): then the answer is the updated row fragment, templates/accounts/_user_row.html.
@@ -8,7 +9,7 @@ HX-Request header): then the answer is the updated row fragment, templates/accou
 from __future__ import annotations
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
-from flask_login import current_user, login_user
+from flask_login import current_user
 from flask_wtf import FlaskForm
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -17,11 +18,12 @@ from wtforms.validators import DataRequired, Length, ValidationError
 from wtforms.widgets import CheckboxInput, ListWidget
 
 from webapp import audit_chain, identity
+from webapp.accounts import actions
 from webapp.identity import EMAIL_RE, AccountError
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.web.htmx import is_htmx
-from webapp.web.security import roles_required
+from webapp.web.security import account_locked, begin_session, roles_required
 
 bp = Blueprint("users", __name__, url_prefix="/admin/users")
 
@@ -151,7 +153,7 @@ def disable(user_id: int):
     if changed:
         _record("user_disabled", user)
         db.session.commit()
-    return _done(user, f"{user.email} is disabled: their sessions ended and their API tokens stopped working.")
+    return _done(user, f"{user.email} is disabled: their sessions ended and their API tokens are revoked.")
 
 
 @bp.post("/<int:user_id>/enable")
@@ -172,14 +174,29 @@ def reset_password(user_id: int):
     user = _tenant_user(user_id)
     admin = _admin()
     try:
-        identity.reset_password(db.session, user, request.form.get("password", ""))
+        revoked = identity.reset_password(db.session, user, request.form.get("password", ""))
     except AccountError as exc:
         return _failed(user, exc)
-    _record("user_password_reset", user)
-    db.session.commit()
+    _record("user_password_reset", user, tokens_revoked=revoked)
     if user.id == admin.id:
-        login_user(user)  # the reset ended every session of theirs; keep this one, the one that asked
-    return _done(user, f"{user.email} has a new password; their open sessions ended.")
+        begin_session(user)  # the reset ended every session of theirs; keep this one, the one that asked
+    db.session.commit()
+    tokens = f" and {revoked} API token{'s' if revoked != 1 else ''} revoked" if revoked else ""
+    return _done(user, f"{user.email} has a new password; their open sessions ended{tokens}.")
+
+
+@bp.post("/<int:user_id>/unlock")
+@roles_required("admin")
+def unlock(user_id: int):
+    """Forget the failed sign-ins that locked the user's account, so they can sign in again now."""
+    user = _tenant_user(user_id)
+    try:
+        was_locked = actions.unlock(db.session, _admin(), user)
+    except AccountError as exc:
+        return _failed(user, exc)
+    if was_locked:
+        return _done(user, f"{user.email} is unlocked and can sign in again now.")
+    return _done(user, f"{user.email} was not locked; nothing changed.")
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -213,7 +230,9 @@ def _sentence(message: str) -> str:
 
 def _done(user: User, message: str):
     if is_htmx():
-        return render_template("accounts/_user_row.html", user=user, roles=ROLES, notice=message)
+        return render_template(
+            "accounts/_user_row.html", user=user, roles=ROLES, notice=message, locked=account_locked(user.email)
+        )
     flash(message, "info")
     return redirect(url_for(".index", _anchor=f"user-{user.id}"), 303)
 
@@ -223,10 +242,16 @@ def _failed(user: User, exc: AccountError):
     message = _sentence(str(exc))
     if is_htmx():
         # 422, which the base template's htmx config swaps (webapp/web/htmx.py): the row shows the error.
-        return render_template("accounts/_user_row.html", user=user, roles=ROLES, error=message), 422
+        row = render_template(
+            "accounts/_user_row.html", user=user, roles=ROLES, error=message, locked=account_locked(user.email)
+        )
+        return row, 422
     return _users_page(CreateUserForm(formdata=None), row_errors={user.id: message}), 422
 
 
 def _users_page(form: CreateUserForm, row_errors: dict[int, str] | None = None) -> str:
     users = db.session.scalars(select(User).where(User.tenant_id == current_user.tenant_id).order_by(User.email)).all()
-    return render_template("accounts/users.html", users=users, roles=ROLES, form=form, row_errors=row_errors or {})
+    locked = {user.id for user in users if account_locked(user.email)}
+    return render_template(
+        "accounts/users.html", users=users, roles=ROLES, form=form, row_errors=row_errors or {}, locked_ids=locked
+    )

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from werkzeug.exceptions import HTTPException
 
+from webapp.accounts import actions as accounts
 from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
 from webapp.api.schemas import (
@@ -22,7 +23,10 @@ from webapp.api.schemas import (
     GiveInput,
     InvalidFields,
     PostMessage,
+    RevokeToken,
     StartConversation,
+    TokenList,
+    TokenView,
     ToolCallView,
     Usage,
     body,
@@ -30,6 +34,7 @@ from webapp.api.schemas import (
 from webapp.approvals import actions as approvals
 from webapp.audit import queries as audit_queries
 from webapp.conversations import actions as conversations
+from webapp.identity import token_state
 from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
 from webapp.runtime.extensions import db
 from webapp.web.errors import Refused, json_error
@@ -185,6 +190,31 @@ def give_input(tool_call_id: int):
 @api_roles("auditor", "admin")
 def audit_events():
     return jsonify(audit_queries.api_page(db.session, g.user, request.args))
+
+
+# --- API tokens ---------------------------------------------------------------------------------
+
+
+@bp.get("/tokens")
+@api_roles(*ROLES)
+def list_tokens():
+    """The caller's own tokens; an admin may ask for a person of their tenant's with ?user_id=."""
+    user_id = request.args.get("user_id", "").strip()
+    if user_id and not user_id.isdigit():
+        raise Refused(422, "invalid_field", '"user_id" must be the number of a person of your organisation.')
+    owner = accounts.tenant_user(db.session, g.user, int(user_id)) if user_id else g.user
+    return answer(TokenList(tokens=[TokenView.of(row, token_state(row)) for row in accounts.tokens(db.session, owner)]))
+
+
+@bp.delete("/tokens/<int:token_id>")
+@api_roles(*ROLES)
+def revoke_token(token_id: int):
+    """Revoke one of the caller's tokens (admins: of their tenant's people) for good; revoking one that is
+    revoked already answers the same."""
+    if request.get_data():
+        body(RevokeToken)
+    row, _ = accounts.revoke(db.session, g.user, token_id)
+    return answer(TokenView.of(row, token_state(row)))
 
 
 # --- shapes -------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
-from webapp.models import Conversation, ToolCall
+from webapp.models import ApiToken, Conversation, ToolCall
 from webapp.tools.registry import Review
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
@@ -144,6 +144,10 @@ class GiveInput(RequestBody):
         Field(description="The text the task asks for (its prompt is in the task's `input_required`)."),
         Rule(f"must be a non-empty string of at most {MAX_INPUT_CHARS:,} characters", "Type the input first."),
     ]
+
+
+class RevokeToken(RequestBody):
+    """Revoking a token takes no fields; a body, if sent, must be an empty JSON object."""
 
 
 # --- refusing a request -----------------------------------------------------------------------------
@@ -468,3 +472,35 @@ class CancelRequested(ConversationState):
 
 class BudgetExtended(ConversationState):
     move_budget: int = Field(description="The run's move budget, extension included.")
+
+
+class TokenView(BaseModel):
+    """An API token as its owner and their admins see it: never the token itself, which is shown once."""
+
+    id: int
+    name: str = Field(description="What its owner named it.")
+    prefix: str = Field(description='Its first characters, e.g. "adk_Ab3dE6gH" (empty for tokens made before names).')
+    user_id: int
+    email: str = Field(description="Whose token it is.")
+    state: Literal["active", "expired", "revoked"]
+    created_at: Timestamp
+    expires_at: Timestamp | None = Field(description="When it stops working by itself; null: never.")
+    revoked_at: Timestamp | None
+
+    @classmethod
+    def of(cls, row: ApiToken, state: str) -> TokenView:
+        return cls(
+            id=row.id,
+            name=row.name,
+            prefix=row.prefix,
+            user_id=row.user_id,
+            email=row.user.email,
+            state=state,
+            created_at=row.created_at,
+            expires_at=row.expires_at,
+            revoked_at=row.revoked_at,
+        )
+
+
+class TokenList(BaseModel):
+    tokens: list[TokenView]

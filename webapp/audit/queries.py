@@ -56,6 +56,9 @@ ACTIONS = (
     "user_disabled",
     "user_enabled",
     "user_password_reset",
+    "user_unlocked",
+    "api_token_created",
+    "api_token_revoked",
 )
 OUTCOMES = (
     "succeeded",

@@ -8,19 +8,22 @@ declares nothing.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import wraps
 
-from flask import Flask, abort, g, redirect, request, url_for
+from flask import Flask, abort, current_app, g, redirect, request, session, url_for
 from flask.sessions import SecureCookieSessionInterface
 from flask_limiter import Limiter
-from flask_login import LoginManager, current_user
+from flask_login import LoginManager, current_user, login_user
 from flask_talisman import Talisman
 from flask_wtf.csrf import CSRFProtect
+from limits import parse as parse_limit
 from sqlalchemy import select
 
+from webapp import identity
 from webapp.config import Config
-from webapp.identity import user_for_token
-from webapp.models import ROLES, User
+from webapp.identity import AccountError, user_for_token
+from webapp.models import ROLES, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.web.errors import Refused
 from webapp.web.htmx import is_htmx
@@ -34,6 +37,36 @@ def _client_address() -> str:
 
 
 limiter = Limiter(key_func=_client_address, swallow_errors=True, in_memory_fallback_enabled=True)
+
+# Failed sign-ins allowed per account; past it the account is locked until the window passes or an
+# admin unlocks it (unlock_account).
+ACCOUNT_SIGN_IN_LIMIT = "5 per 15 minutes"
+_SIGN_IN_ENDPOINT = "auth.login"  # the limit's scope: the view it decorates
+
+
+def account_limit_key(email: str) -> str:
+    """The rate-limit key of sign-ins to this account."""
+    return "account:" + (email or "").strip().lower()[:254]
+
+
+def account_locked(email: str) -> bool:
+    """Whether too many failed sign-ins locked this account (False when the limiter cannot tell)."""
+    try:
+        return not limiter.limiter.test(parse_limit(ACCOUNT_SIGN_IN_LIMIT), account_limit_key(email), _SIGN_IN_ENDPOINT)
+    except Exception:  # the limiter's storage is unreachable: it does not lock anyone then either
+        return False
+
+
+def unlock_account(email: str) -> bool:
+    """Forget the account's failed sign-ins; True if they had locked it. AccountError when the store
+    of the sign-in limits cannot be reached."""
+    locked = account_locked(email)
+    try:
+        limiter.limiter.clear(parse_limit(ACCOUNT_SIGN_IN_LIMIT), account_limit_key(email), _SIGN_IN_ENDPOINT)
+    except Exception:
+        raise AccountError("the store of the sign-in limits (Redis) cannot be reached; try again in a minute") from None
+    return locked
+
 
 CSP = {
     "default-src": "'self'",
@@ -61,10 +94,14 @@ class SessionCookies(SecureCookieSessionInterface):
     def should_set_cookie(self, app: Flask, session) -> bool:
         if session.modified:
             return True
-        background = request.method == "GET" and (
-            request.headers.get("HX-Request") == "true" or "text/event-stream" in request.headers.get("Accept", "")
-        )
-        return not background and super().should_set_cookie(app, session)
+        return not is_background_request() and super().should_set_cookie(app, session)
+
+
+def is_background_request() -> bool:
+    """A request the page made by itself (htmx's GETs, the live stream), not one the person made."""
+    return request.method == "GET" and (
+        request.headers.get("HX-Request") == "true" or "text/event-stream" in request.headers.get("Accept", "")
+    )
 
 
 def init_app(app: Flask, config: Config) -> None:
@@ -74,6 +111,7 @@ def init_app(app: Flask, config: Config) -> None:
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=config.secure_cookies,
         PERMANENT_SESSION_LIFETIME=config.session_idle_minutes * 60,  # restarted by each request a person makes
+        SESSION_MAX_SECONDS=config.session_max_hours * 3600,  # however busy, a session ends after this
         SESSION_REFRESH_EACH_REQUEST=True,
         REMEMBER_COOKIE_HTTPONLY=True,
         WTF_CSRF_TIME_LIMIT=None,  # the token lives as long as the session
@@ -85,6 +123,7 @@ def init_app(app: Flask, config: Config) -> None:
     login_manager.login_view = "auth.login"
     login_manager.login_message = "Sign in to continue."
     login_manager.login_message_category = "info"
+    app.before_request(_load_signed_in_person)
     csrf.init_app(app)
     limiter.init_app(app)
     Talisman(
@@ -105,16 +144,58 @@ def _limiter_storage(config: Config) -> str:
     return "redis+unix://" + url.removeprefix("unix://") if url.startswith("unix://") else url
 
 
+# The session's key in the cookie: it names a user_sessions row, so signing out ends THIS session for
+# good (a copy of the cookie replayed afterwards is signed out too).
+SESSION_KEY = "desk_session"
+# How stale a session's last_seen_at may get before a request writes it again (at most a quarter of
+# the idle limit), so a person's clicks do not each cost a write.
+TOUCH_SECONDS = 15.0
+
+
+def begin_session(user: User) -> None:
+    """Sign the person in with a new server-side session (the caller commits)."""
+    login_user(user)
+    session[SESSION_KEY] = identity.open_session(db.session, user)
+    session.permanent = True
+
+
+def end_this_session() -> None:
+    """End the current browser session server-side (the caller commits, then clears the cookie)."""
+    identity.end_session(db.session, session.get(SESSION_KEY))
+
+
+def _load_signed_in_person() -> None:
+    """Resolve who is signed in before the view runs, so the loader's own commit (the idle clock)
+    never commits a view's half-made changes."""
+    if request.endpoint != "static" and "_user_id" in session:
+        current_user._get_current_object()
+
+
 @login_manager.user_loader
 def _load_user(session_id: str) -> User | None:
-    """A session names the user and their session token: a disabled user or a reset password
-    (both change the token) ends every session at once."""
+    """A session names the user, their session token and its own key. A disabled user or a reset
+    password (both change the token) ends every session at once; signing out ends that session's row;
+    a session idle past the idle limit (counted from the person's own last request, never from a
+    page's live refreshes) or older than SESSION_MAX_HOURS is ended server-side, whatever the cookie
+    says."""
     user_id, _, token = session_id.partition(":")
     if not user_id.isdigit():
         return None
     user = db.session.get(User, int(user_id))
     if user is None or not user.active or user.session_token != token:
         return None
+    idle = current_app.permanent_session_lifetime
+    longest = timedelta(seconds=current_app.config["SESSION_MAX_SECONDS"])
+    now = utcnow()
+    row = identity.live_session(db.session, user, session.get(SESSION_KEY), idle, longest, now)
+    if row is None:
+        db.session.commit()  # a session found idle or too old stays ended
+        return None
+    if not is_background_request() and (now - row.last_seen_at).total_seconds() > min(
+        TOUCH_SECONDS, idle.total_seconds() / 4
+    ):
+        row.last_seen_at = now
+        db.session.commit()
     return user
 
 
