@@ -3,16 +3,18 @@ concurrent writers, and verify() names the first edited, deleted or reordered ro
 
 from __future__ import annotations
 
+import json
 import threading
 import tracemalloc
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import delete, event, func, insert, select, text
 from sqlalchemy.orm import Session
 
-from webapp import audit_chain
+from webapp import audit_anchor, audit_chain
 from webapp.models import AuditEvent, AuditHead, Tenant, User
 
 
@@ -338,3 +340,94 @@ def test_the_cli_reports_an_intact_log_and_a_broken_one(app, cli, engine, fresh,
     assert cli("audit", "verify", "--chain", "global").exit_code == 0
     unknown = cli("audit", "verify", "--chain", "nope")
     assert unknown.exit_code == 1 and "chain nope: no such chain" in unknown.output
+
+
+# --- checkpoints kept outside the database ------------------------------------------------------
+
+
+def rewrite_from(engine, chain: str, seq: int, action: str) -> None:
+    """What someone with write access to the database could do: change an event and recompute its
+    hash and every hash after it, and the head, so the chain alone still verifies."""
+    with Session(engine) as session:
+        rows = session.scalars(
+            select(AuditEvent).where(AuditEvent.chain == chain, AuditEvent.seq >= seq).order_by(AuditEvent.seq)
+        ).all()
+        previous = session.scalar(select(AuditEvent.hash).where(AuditEvent.chain == chain, AuditEvent.seq == seq - 1))
+        forged = []
+        for row in rows:
+            fields = {name: getattr(row, name) for name in audit_chain.HASHED_FIELDS}
+            fields.update(prev_hash=previous or audit_chain.GENESIS, action=action if row.seq == seq else row.action)
+            previous = audit_chain.event_hash(fields)
+            forged.append((row.id, fields["action"], fields["prev_hash"], previous))
+    for ident, new_action, prev_hash, new_hash in forged:
+        tamper(
+            engine,
+            "UPDATE audit_events SET action = :action, prev_hash = :prev, hash = :hash WHERE id = :id",
+            action=new_action,
+            prev=prev_hash,
+            hash=new_hash,
+            id=ident,
+        )
+    tamper(engine, "UPDATE audit_heads SET hash = :hash WHERE chain = :chain", hash=previous, chain=chain)
+
+
+def test_a_signed_checkpoint_proves_nothing_before_it_was_rewritten(app, cli, engine, fresh, tenants, tmp_path):
+    from webapp.runtime.extensions import db
+
+    chain = str(tenants[0])
+    for action in ("refund_approved", "refund_run", "answer"):
+        audit_chain.record(db.session, action, tenant_id=tenants[0])
+    audit_chain.record(db.session, "sign_in.failed", tenant_id=None)
+    db.session.commit()
+    db.session.remove()
+    kept = tmp_path / "checkpoint.json"
+    anchored = cli("audit", "anchor", "--out", str(kept))
+    assert anchored.exit_code == 0, anchored.output
+    assert "Checkpoint of 4 events in 2 chains written to" in anchored.output and "signed by sha256:" in anchored.output
+    key = app.extensions["desk"].config.audit_anchor_key_file
+    assert key.stat().st_mode & 0o777 == 0o600  # the signing key is its owner's alone
+
+    audit_chain.record(db.session, "later", tenant_id=tenants[0])  # the log goes on after the checkpoint
+    db.session.commit()
+    db.session.remove()
+    intact = cli("audit", "verify", "--against", str(kept))
+    assert intact.exit_code == 0, intact.output
+    assert "Audit log intact: 5 events in 2 chains; unchanged up to the checkpoint of" in intact.output
+
+    rewrite_from(engine, chain, 2, "refund_denied")
+    assert cli("audit", "verify").exit_code == 0  # the rewrite fools the chain alone ...
+    caught = cli("audit", "verify", "--against", str(kept))  # ... not the checkpoint
+    assert caught.exit_code == 1
+    assert f"chain {chain}: event seq 3 no longer has the hash the checkpoint of" in caught.output
+    assert "events up to it were rewritten and their hashes recomputed" in caught.output
+
+
+def test_a_changed_or_foreign_checkpoint_is_refused_in_words(app, cli, fresh, tenants, tmp_path):
+    from webapp.runtime.extensions import db
+
+    audit_chain.record(db.session, "a", tenant_id=tenants[0])
+    db.session.commit()
+    db.session.remove()
+    kept = tmp_path / "checkpoint.json"
+    assert cli("audit", "anchor", "--out", str(kept)).exit_code == 0
+    signed = json.loads(kept.read_text())
+
+    changed = tmp_path / "changed.json"
+    signed["checkpoint"]["chains"][str(tenants[0])]["seq"] = 0  # "there was nothing then"
+    changed.write_text(json.dumps(signed))
+    refused = cli("audit", "verify", "--against", str(changed))
+    assert refused.exit_code == 1 and "signature does not match its content: the file was changed" in refused.output
+
+    foreign = tmp_path / "foreign.json"  # a well-signed checkpoint, by another desk's key
+    foreign.write_text(json.dumps(audit_anchor.make(db.session, Ed25519PrivateKey.generate())))
+    db.session.remove()
+    refused = cli("audit", "verify", "--against", str(foreign))
+    assert refused.exit_code == 1 and "not this desk's key" in refused.output
+
+    (tmp_path / "junk.json").write_text("{not json")
+    junk = cli("audit", "verify", "--against", str(tmp_path / "junk.json"))
+    assert junk.exit_code == 1 and "This is not a checkpoint made by `audit anchor`" in junk.output
+    missing = cli("audit", "verify", "--against", str(tmp_path / "nope.json"))
+    assert missing.exit_code == 2 and "No such file or directory" in missing.output
+    both = cli("audit", "verify", "--against", str(kept), "--chain", "global")
+    assert both.exit_code == 2 and "leave out --chain" in both.output

@@ -275,6 +275,8 @@ class Config(_LogSettings):
     # the ops page lists conversations waiting on a person longer than this
     stale_approval_hours: float = _number_of("hours", "STALE_APPROVAL_HOURS", 4.0, minimum=0.01)
     export_dir: Path = Field(validation_alias="EXPORT_DIR")  # where the export tool writes; default: instance/exports
+    # the Ed25519 key that signs audit checkpoints; default: instance/audit_anchor_key.pem
+    audit_anchor_key_file: Path = Field(validation_alias="AUDIT_ANCHOR_KEY_FILE")
     # the demo export's pace per part, so its progress can be watched
     export_step_seconds: float = _number_of("seconds", "EXPORT_STEP_SECONDS", 1.0, minimum=0.0)
     # "package.module:ToolClass" entries added to the billing tools
@@ -283,17 +285,21 @@ class Config(_LogSettings):
     @model_validator(mode="before")
     @classmethod
     def _under_the_instance_path(cls, values: Any) -> Any:
-        """The defaults that live under INSTANCE_PATH: the generated SECRET_KEY, the SQLite file, exports."""
+        """The defaults that live under INSTANCE_PATH: the generated SECRET_KEY, the SQLite file, exports,
+        the audit checkpoints' key."""
         if not isinstance(values, dict):
             return values
         instance_path = Path(values.get("INSTANCE_PATH") or Path.cwd() / "instance").resolve()
-        export_dir = values.get("EXPORT_DIR")
+        export_dir, anchor_key = values.get("EXPORT_DIR"), values.get("AUDIT_ANCHOR_KEY_FILE")
         return {
             **values,
             "INSTANCE_PATH": instance_path,
             "SECRET_KEY": values.get("SECRET_KEY") or _kept_secret_key(instance_path),
             "DATABASE_URL": values.get("DATABASE_URL") or f"sqlite:///{instance_path / 'app.db'}",
             "EXPORT_DIR": Path(export_dir).resolve() if export_dir else instance_path / "exports",
+            "AUDIT_ANCHOR_KEY_FILE": Path(anchor_key).resolve()
+            if anchor_key
+            else instance_path / "audit_anchor_key.pem",
         }
 
     @model_validator(mode="after")
