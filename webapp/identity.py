@@ -37,10 +37,16 @@ def get_or_create_tenant(session: Session, slug: str, name: str | None = None) -
     return tenant
 
 
+# What an admin is told when the e-mail belongs to a person of another tenant (or an operator): the
+# same words whoever has it, so the users page never tells that an e-mail has an account elsewhere.
+EMAIL_UNAVAILABLE = "that e-mail cannot be used for a new account; choose another"
+
+
 def create_user(
     session: Session, email: str, password: str, roles: list[str], tenant: Tenant, display_name: str = ""
 ) -> User:
-    """A new active user; AccountError when the email, password or roles are not acceptable."""
+    """A new active user of the tenant; AccountError when the email, password or roles are not
+    acceptable. An e-mail already in use says so only when its person is of this same tenant."""
     email = (email or "").strip().lower()
     if not EMAIL_RE.match(email):
         raise AccountError(f"{email!r} is not an email address")
@@ -49,8 +55,9 @@ def create_user(
     unknown = sorted(set(roles) - set(ROLES))
     if unknown or not roles:
         raise AccountError(f"roles must be among {', '.join(ROLES)}; got {', '.join(unknown) or 'none'}")
-    if session.scalar(select(User.id).where(User.email == email)) is not None:
-        raise AccountError(f"a user with email {email} already exists")
+    holder = session.scalar(select(User.tenant_id).where(User.email == email))
+    if holder is not None:
+        raise AccountError(f"a user with email {email} already exists" if holder == tenant.id else EMAIL_UNAVAILABLE)
     user = User(
         email=email,
         password_hash=generate_password_hash(password),  # scrypt: memory-hard
