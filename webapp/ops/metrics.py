@@ -6,7 +6,7 @@ Prometheus counter is a total over all time; the append-only tables (model_calls
 give those, read incrementally (see Tally) so a scrape reads only the rows added lately. Gauges
 (what is waiting now) are counts over indexed columns restricted to open states, which stay small.
 
-Access: a bearer token equal to METRICS_TOKEN, or a signed-in admin (a browser). Without either the
+Access: a bearer token equal to METRICS_TOKEN, or a signed-in admin or operator (a browser). Without either the
 answer is 401; nothing here is public. The figures are fleet-wide aggregates: no tenant, person or
 content appears in them.
 """
@@ -39,7 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from webapp.agent.states import MOVING, CallStatus, ConversationStatus
-from webapp.models import AuditEvent, Conversation, ModelCall, ToolCall, utcnow
+from webapp.models import OPERATOR, AuditEvent, Conversation, ModelCall, ToolCall, utcnow
 from webapp.runtime.extensions import db
 
 bp = Blueprint("metrics", __name__)
@@ -369,8 +369,8 @@ def _aware(moment):
 
 
 def metrics_access(view):
-    """The bearer token METRICS_TOKEN (Prometheus), or a signed-in admin (a person with a browser).
-    A wrong token answers 401, a signed-in non-admin 403, anyone else 401."""
+    """The bearer token METRICS_TOKEN (Prometheus), or a signed-in admin or operator (a person with a
+    browser). A wrong token answers 401, a signed-in person who is neither 403, anyone else 401."""
 
     @wraps(view)
     def wrapper(*args, **kwargs):
@@ -382,12 +382,12 @@ def metrics_access(view):
             reason = "is not the metrics token" if expected else "cannot be checked: METRICS_TOKEN is not set"
             return _unauthorized(f"The bearer token {reason}. Send Authorization: Bearer <METRICS_TOKEN>.")
         if current_user.is_authenticated:
-            if current_user.has_role("admin"):
+            if current_user.has_role("admin") or current_user.is_operator:
                 return view(*args, **kwargs)
-            abort(403, description="Metrics are for admins, or for Prometheus with the METRICS_TOKEN.")
-        return _unauthorized("Send Authorization: Bearer <METRICS_TOKEN>, or sign in as an admin.")
+            abort(403, description="Metrics are for admins and operators, or for Prometheus with the METRICS_TOKEN.")
+        return _unauthorized("Send Authorization: Bearer <METRICS_TOKEN>, or sign in as an admin or an operator.")
 
-    wrapper.allowed_roles = ("admin",)  # and the metrics token, which is no person's role
+    wrapper.allowed_roles = ("admin", OPERATOR)  # and the metrics token, which is no person's role
     return wrapper
 
 
