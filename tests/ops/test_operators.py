@@ -10,14 +10,17 @@ from rq import Queue, SimpleWorker
 from rq.registry import FailedJobRegistry
 from sqlalchemy import func, select
 
-from tests.clients import sign_in, try_sign_in
+from tests.clients import session_as, sign_in, try_sign_in
 from tests.conftest import desk_app, pushed
-from tests.ops.test_metrics import TOKEN, waiting_conversation
+from tests.ops.test_metrics import TOKEN, samples, waiting_conversation
 from tests.ops.test_ops import bare_conversation, cell
-from webapp.models import AuditEvent, ToolCall, User
+from webapp import audit_chain
+from webapp.models import AuditEvent, Conversation, ModelCall, Tenant, ToolCall, User
 from webapp.runtime.extensions import db
 
 OPERATOR = "operator@desk.test"
+# Families of the fleet itself: the queue, its workers, their slots. No tenant admin reads them.
+FLEET_ONLY = ("desk_queue_jobs", "desk_workers", "desk_worker_slots", "desk_workers_registered", "desk_redis_up")
 
 
 @pytest.fixture
@@ -30,6 +33,83 @@ def app(env, clean):
 def queue_of(app) -> Queue:
     desk = app.extensions["desk"]
     return Queue(desk.config.queue_name, connection=redis_lib.Redis.from_url(desk.config.redis_url))
+
+
+def globex_activity() -> int:
+    """A globex conversation waiting for a decision, with a model call of a model only globex uses and
+    an audit event only globex has: what acme's admin must not read."""
+    conversation_id = bare_conversation("globex", status="awaiting_approval")
+    conversation = db.session.get(Conversation, conversation_id)
+    db.session.add(
+        ModelCall(
+            conversation_id=conversation_id,
+            tenant_id=conversation.tenant_id,
+            model="claude-globex-only",
+            input_tokens=7000,
+            output_tokens=700,
+        )
+    )
+    from tests.ops.test_ops import tool_call_of
+
+    db.session.commit()
+    db.session.remove()
+    call_id = tool_call_of(conversation_id)
+    call = db.session.get(ToolCall, call_id)
+    call.status = "awaiting_approval"
+    audit_chain.record(db.session, "globex_only_action", tenant_id=call.tenant_id, actor_label="test")
+    db.session.commit()
+    db.session.remove()
+    return conversation_id
+
+
+def names(found: dict) -> set[str]:
+    return {name for name, _ in found}
+
+
+def labelled(found: dict, **labels) -> dict:
+    wanted = set(labels.items())
+    return {key: value for key, value in found.items() if wanted <= set(key[1])}
+
+
+def test_an_admin_of_acme_reads_only_acmes_figures_on_metrics_and_no_fleet_family(app, api, model):
+    waiting_conversation(api, model)  # acme: one call waiting, one model call of claude-test
+    globex_activity()
+    fleet = samples(app.test_client().get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text)
+    db.session.remove()
+    response = session_as(app, "admin@acme.test").get("/metrics")
+    db.session.remove()
+    assert response.status_code == 200
+    acme = samples(response.text)
+
+    # Prometheus' token reads the fleet: both tenants, and the queue and its workers.
+    assert labelled(fleet, model="claude-globex-only")
+    assert fleet[("desk_approvals_pending", ())] == 2
+    assert fleet[("desk_conversations", (("status", "awaiting_approval"),))] == 2
+    assert labelled(fleet, action="globex_only_action")
+    assert all(any(name.startswith(family) for name in names(fleet)) for family in FLEET_ONLY)
+
+    # acme's admin: acme's rows only, the same family names, and nothing of the fleet's own.
+    assert not labelled(acme, model="claude-globex-only")
+    assert not labelled(acme, action="globex_only_action")
+    assert "claude-globex-only" not in response.text and "globex" not in response.text
+    assert acme[("desk_approvals_pending", ())] == 1
+    assert acme[("desk_conversations", (("status", "awaiting_approval"),))] == 1
+    assert acme[("desk_tool_calls", (("status", "awaiting_approval"),))] == 1
+    assert acme[("desk_model_calls_total", (("model", "claude-test"),))] == 1
+    assert acme[("desk_model_tokens_total", (("kind", "input"), ("model", "claude-test")))] == 100
+    acme_id = db.session.scalar(select(Tenant.id).where(Tenant.slug == "acme"))
+    acme_events = db.session.scalar(select(func.count(AuditEvent.id)).where(AuditEvent.tenant_id == acme_id))
+    db.session.remove()
+    assert sum(v for (name, _), v in acme.items() if name == "desk_audit_events_total") == acme_events
+    for family in FLEET_ONLY:
+        assert not any(name.startswith(family) for name in names(acme)), family
+    assert acme[("desk_database_up", ())] == 1
+
+    # An operator reads what Prometheus reads.
+    operator = samples(session_as(app, OPERATOR).get("/metrics").text)
+    db.session.remove()
+    assert labelled(operator, model="claude-globex-only") and operator[("desk_approvals_pending", ())] == 2
+    assert all(any(name.startswith(family) for name in names(operator)) for family in FLEET_ONLY)
 
 
 @pytest.fixture
