@@ -271,10 +271,13 @@ def register(app: Flask) -> None:
     @endpoint_group.command("list")
     def endpoint_list_command() -> None:
         """The registered endpoints and the tenants each serves (keys are never shown)."""
-        from webapp.models import ModelEndpoint, Tenant
+        from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
 
         served: dict[int | None, list[str]] = {}
-        for slug, endpoint_id in db.session.execute(select(Tenant.slug, Tenant.endpoint_id).order_by(Tenant.slug)):
+        tenants = select(Tenant.slug, Tenant.endpoint_id).where(
+            Tenant.slug != OPERATIONS_SLUG
+        )  # (operators talk to no model)
+        for slug, endpoint_id in db.session.execute(tenants.order_by(Tenant.slug)):
             served.setdefault(endpoint_id, []).append(slug)
         click.echo(
             f"default: {services().config.model} (configured); serves {', '.join(served.get(None, [])) or 'no tenant'}"

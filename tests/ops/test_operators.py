@@ -257,3 +257,9 @@ def test_an_operator_signs_in_through_the_form_and_out_again(app):
     assert response.status_code == 302 and response.location.endswith("/")
     assert browser.post("/logout").status_code == 302
     assert browser.get("/ops").status_code == 302
+
+
+def test_the_operations_tenant_serves_no_model_and_is_listed_as_no_tenant(cli):
+    assert "~operations" not in cli("endpoint", "list").output
+    refused = cli("tenant", "set-model", "~operations", "--endpoint", "default")
+    assert refused.exit_code != 0 and "There is no tenant '~operations'" in refused.output
