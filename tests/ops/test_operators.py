@@ -263,3 +263,12 @@ def test_the_operations_tenant_serves_no_model_and_is_listed_as_no_tenant(cli):
     assert "~operations" not in cli("endpoint", "list").output
     refused = cli("tenant", "set-model", "~operations", "--endpoint", "default")
     assert refused.exit_code != 0 and "There is no tenant '~operations'" in refused.output
+
+
+def test_an_operator_is_told_in_words_when_redis_is_unreachable(env, clean):
+    from tests.ops.test_ops import closed_port
+
+    with pushed(desk_app({**env, "REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0"})) as app:
+        page = sign_in(app, OPERATOR).get("/ops")
+        assert page.status_code == 200
+        assert "Redis is unreachable (ConnectionError)" in page.text and "Conversations below" not in page.text

@@ -261,8 +261,12 @@ def _redis_view(tenant_id: int | None) -> RedisView:
     except (redis.RedisError, OSError) as exc:
         view.error = (
             f"Redis is unreachable ({type(exc).__name__}): queue depth, workers and failed jobs are unknown, and "
-            "new moves cannot be enqueued until it is back. Conversations below come from the database; the "
-            "sweeper re-enqueues them once Redis answers."
+            "new moves cannot be enqueued until it is back. "
+            + (
+                "The sweeper re-enqueues the waiting conversations once Redis answers."
+                if tenant_id is None
+                else "Conversations below come from the database; the sweeper re-enqueues them once Redis answers."
+            )
         )
     return view
 
