@@ -14,6 +14,7 @@ from webapp import audit_anchor, audit_chain
 from webapp.identity import (
     MAX_TOKEN_DAYS,
     AccountError,
+    create_operator,
     create_user,
     find_token,
     get_or_create_tenant,
@@ -66,6 +67,37 @@ def register(app: Flask) -> None:
         db.session.commit()
         click.echo(f"Created {user.email} ({', '.join(user.roles)}) in tenant {tenant.slug}.")
 
+    @app.cli.command("create-operator")
+    @click.argument("email")
+    @click.option(
+        "--password",
+        prompt=True,
+        hide_input=True,
+        confirmation_prompt=True,
+        help="At least 8 characters (asked for when not given).",
+    )
+    @click.option("--name", "display_name", default="", help="Display name.")
+    def create_operator_command(email, password, display_name):
+        """Create an operator: a person of no tenant who sees the whole fleet on /ops and /metrics and
+        nothing of any tenant (no conversations, approvals, audit log or admin pages)."""
+        try:
+            user = create_operator(db.session, email, password, display_name)
+        except AccountError as exc:
+            db.session.rollback()
+            raise click.UsageError(str(exc)) from None
+        audit_chain.record(
+            db.session,
+            "operator_created",
+            tenant_id=user.tenant_id,
+            actor_label="command line",
+            data={"user_id": user.id, "email": user.email},
+        )
+        db.session.commit()
+        click.echo(
+            f"Created operator {user.email}: signs in to see every worker, queue and failed job on /ops and the "
+            "fleet's figures on /metrics, and no tenant's pages."
+        )
+
     @app.cli.command("create-token")
     @click.argument("email")
     @click.option("--name", default="", help="What the token is for (shown on the tokens page).")
@@ -80,6 +112,11 @@ def register(app: Flask) -> None:
         user = db.session.scalar(select(User).where(User.email == email.strip().lower()))
         if user is None or not user.active:
             raise click.UsageError(f"No active user {email}; create one with create-user.")
+        if user.is_operator:
+            raise click.UsageError(
+                f"{user.email} is an operator, and the API is for tenants' people: operators sign in to /ops and "
+                "/metrics in a browser, and Prometheus scrapes /metrics with METRICS_TOKEN."
+            )
         try:
             row, token = issue_token(db.session, user, name, expires_days)
         except AccountError as exc:
@@ -279,10 +316,13 @@ def register(app: Flask) -> None:
     @endpoint_group.command("list")
     def endpoint_list_command() -> None:
         """The registered endpoints and the tenants each serves (keys are never shown)."""
-        from webapp.models import ModelEndpoint, Tenant
+        from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
 
         served: dict[int | None, list[str]] = {}
-        for slug, endpoint_id in db.session.execute(select(Tenant.slug, Tenant.endpoint_id).order_by(Tenant.slug)):
+        tenants = select(Tenant.slug, Tenant.endpoint_id).where(
+            Tenant.slug != OPERATIONS_SLUG
+        )  # (operators talk to no model)
+        for slug, endpoint_id in db.session.execute(tenants.order_by(Tenant.slug)):
             served.setdefault(endpoint_id, []).append(slug)
         click.echo(
             f"default: {services().config.model} (configured); serves {', '.join(served.get(None, [])) or 'no tenant'}"

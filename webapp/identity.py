@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from webapp.models import ROLES, ApiToken, Tenant, User, UserSession, utcnow
+from webapp.models import OPERATIONS_SLUG, OPERATOR, ROLES, ApiToken, Tenant, User, UserSession, utcnow
 
 EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,189}\.[^@\s]{2,}$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -37,24 +37,66 @@ def get_or_create_tenant(session: Session, slug: str, name: str | None = None) -
     return tenant
 
 
+# What an admin is told when the e-mail belongs to a person of another tenant (or an operator): the
+# same words whoever has it, so the users page never tells that an e-mail has an account elsewhere.
+EMAIL_UNAVAILABLE = "that e-mail cannot be used for a new account; choose another"
+
+
 def create_user(
     session: Session, email: str, password: str, roles: list[str], tenant: Tenant, display_name: str = ""
 ) -> User:
-    """A new active user; AccountError when the email, password or roles are not acceptable."""
+    """A new active user of the tenant; AccountError when the email, password or roles are not
+    acceptable. An e-mail already in use says so only when its person is of this same tenant."""
+    if tenant.slug == OPERATIONS_SLUG:
+        raise AccountError("the operations tenant holds only operators; make one with flask create-operator")
+    email = _check_new_login(email, password)
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown or not roles:
+        raise AccountError(f"roles must be among {', '.join(ROLES)}; got {', '.join(unknown) or 'none'}")
+    holder = session.scalar(select(User.tenant_id).where(User.email == email))
+    if holder is not None:
+        raise AccountError(f"a user with email {email} already exists" if holder == tenant.id else EMAIL_UNAVAILABLE)
+    return _add_user(session, email, password, sorted(set(roles), key=ROLES.index), tenant, display_name)
+
+
+def operations_tenant(session: Session) -> Tenant:
+    """The tenant operators belong to: it owns no data (no conversation, customer or policy is ever
+    made in it, since its people hold no tenant role) and no tenant role can be given in it."""
+    tenant = session.scalar(select(Tenant).where(Tenant.slug == OPERATIONS_SLUG))
+    if tenant is None:
+        tenant = Tenant(slug=OPERATIONS_SLUG, name="Desk operations")
+        session.add(tenant)
+        session.flush()
+    return tenant
+
+
+def create_operator(session: Session, email: str, password: str, display_name: str = "") -> User:
+    """A new operator: the desk's fleet-wide operations (/ops, /metrics) and nothing of any tenant.
+    Only the command line calls this. AccountError when the e-mail or password is not acceptable or
+    the e-mail is taken (the command line may say by which tenant: whoever runs it sees the database)."""
+    email = _check_new_login(email, password)
+    holder = session.scalar(select(User).where(User.email == email))
+    if holder is not None:
+        where = "an operator" if holder.is_operator else f"a person of tenant {holder.tenant.slug}"
+        raise AccountError(f"{email} is already {where}; an operator needs an e-mail with no account")
+    return _add_user(session, email, password, [OPERATOR], operations_tenant(session), display_name)
+
+
+def _check_new_login(email: str, password: str) -> str:
+    """The e-mail, trimmed and lowercased; AccountError when it or the password is not acceptable."""
     email = (email or "").strip().lower()
     if not EMAIL_RE.match(email):
         raise AccountError(f"{email!r} is not an email address")
     if len(password or "") < 8:
         raise AccountError("the password must be at least 8 characters")
-    unknown = sorted(set(roles) - set(ROLES))
-    if unknown or not roles:
-        raise AccountError(f"roles must be among {', '.join(ROLES)}; got {', '.join(unknown) or 'none'}")
-    if session.scalar(select(User.id).where(User.email == email)) is not None:
-        raise AccountError(f"a user with email {email} already exists")
+    return email
+
+
+def _add_user(session: Session, email: str, password: str, roles: list[str], tenant: Tenant, display_name: str) -> User:
     user = User(
         email=email,
         password_hash=generate_password_hash(password),  # scrypt: memory-hard
-        roles=sorted(set(roles), key=ROLES.index),
+        roles=roles,
         tenant_id=tenant.id,
         display_name=display_name,
     )
@@ -249,6 +291,8 @@ def _clean_roles(roles) -> list[str]:
 def set_roles(session: Session, user: User, roles, *, actor: User | None = None) -> list[str]:
     """Give the user exactly these roles and return the roles they had before. AccountError for
     unknown or no roles, or when an admin (actor) would remove their own admin role."""
+    if user.is_operator:
+        raise AccountError("an operator holds the operator role only, and no tenant role can be given to one")
     new_roles = _clean_roles(roles)
     if actor is not None and actor.id == user.id and user.has_role("admin") and "admin" not in new_roles:
         raise AccountError("you cannot remove your own admin role; ask another admin to do it")

@@ -118,7 +118,15 @@ class AssistantSettings(Base):
     __table_args__ = (UniqueConstraint("tenant_id", "version", name="uq_assistant_settings_tenant_version"),)
 
 
+# What a person does in their tenant. A person holds one or more of these, or is an operator.
 ROLES = ("agent", "reviewer", "auditor", "admin")
+# Runs the desk itself: the fleet's workers, queue and failed jobs (/ops) and its metrics (/metrics),
+# never a tenant's conversations, approvals, audit log or admin pages. Operators are made only with
+# `flask create-operator`, hold no other role, and belong to the operations tenant, which owns no data.
+OPERATOR = "operator"
+# The operations tenant's slug: outside identity.SLUG_RE on purpose, so no tenant a person or the
+# command line makes (get_or_create_tenant) can ever be it.
+OPERATIONS_SLUG = "~operations"
 
 
 class User(Base):
@@ -139,6 +147,11 @@ class User(Base):
 
     def has_role(self, role: str) -> bool:
         return role in (self.roles or [])
+
+    @property
+    def is_operator(self) -> bool:
+        """Runs the desk's operations (fleet-wide) and belongs to no tenant that owns data."""
+        return self.has_role(OPERATOR)
 
     # What Flask-Login asks of a user (kept here so the model needs no Flask import).
     is_authenticated = True

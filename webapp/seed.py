@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from webapp.identity import create_user, get_or_create_tenant
+from webapp.identity import create_operator, create_user, get_or_create_tenant
 from webapp.models import Customer, Invoice, Subscription, Tenant, User
 
 BASE_DATE = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
@@ -247,6 +247,10 @@ def _seed_invoices(session: Session, tenant: Tenant, spec: DemoTenant) -> None:
             )
 
 
+# The demo's operator: the whole fleet on /ops and /metrics, no tenant (flask create-operator makes others).
+DEMO_OPERATOR = "operator@desk.test"
+
+
 def _seed_login(session: Session, tenant: Tenant, email: str, role: str) -> dict:
     if session.scalar(select(User.id).where(User.email == email)) is None:
         display_name = f"{tenant.name} {email.split('@')[0]}"
@@ -274,6 +278,9 @@ def seed_demo(session: Session) -> list[dict]:
         session.flush()
         _seed_invoices(session, tenant, spec)
         logins += [_seed_login(session, tenant, email, role) for email, role in spec.logins]
+    if session.scalar(select(User.id).where(User.email == DEMO_OPERATOR)) is None:
+        create_operator(session, DEMO_OPERATOR, DEMO_PASSWORD, display_name="Desk operator")
+    logins.append({"email": DEMO_OPERATOR, "password": DEMO_PASSWORD, "roles": ["operator"], "tenant": "(none)"})
     session.flush()
     _advance_sequences(session)
     return logins

@@ -29,8 +29,8 @@ def held_replies(model, count: int) -> threading.Event:
 
 
 def slots(app) -> tuple[float, float]:
-    """(busy, free) worker slots as /metrics reports them to an admin."""
-    response = session_as(app, "admin@acme.test").get("/metrics")
+    """(busy, free) worker slots as /metrics reports them to an operator (the fleet's, never a tenant admin's)."""
+    response = session_as(app, "operator@desk.test").get("/metrics")
     assert response.status_code == 200, response.text
     found = samples(response.text)
     return value(found, "desk_worker_slots", state="busy"), value(found, "desk_worker_slots", state="free")
@@ -43,8 +43,10 @@ def test_one_worker_process_keeps_eight_model_calls_in_flight_at_once(app, api, 
     # Every reply is held until all eight calls have arrived: one move at a time would never get there.
     wait_until(lambda: len(model.requests) >= 8, 30, "eight model calls in flight in one worker process")
     assert slots(app) == (8, 0)
-    ops = session_as(app, "admin@acme.test").get("/ops").get_data(as_text=True)
+    ops = session_as(app, "operator@desk.test").get("/ops").get_data(as_text=True)
     assert '<td class="slots">8 of 8</td>' in ops
+    admin = session_as(app, "admin@acme.test").get("/ops").get_data(as_text=True)
+    assert "The desk runs 1 worker with 8 slots for every organisation; 8 are busy now." in admin
     gate.set()
     for conversation_id in ids:
         assert_valid_transcript(wait_status(api, conversation_id, "completed"))

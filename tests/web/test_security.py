@@ -23,16 +23,17 @@ ROLE_USERS = {
     "reviewer": "reviewer@acme.test",
     "auditor": "auditor@acme.test",
     "admin": "admin@acme.test",
+    "operator": "operator@desk.test",  # no tenant: the fleet's /ops and /metrics, nothing of a tenant
 }
-EVERYONE = {"agent", "reviewer", "auditor", "admin"}
+EVERYONE = {"agent", "reviewer", "auditor", "admin"}  # every person of a tenant (not operators)
 STEERING = {"agent", "reviewer", "admin"}
 
 # Who may use each endpoint. A new route fails the matrix until it is added here on purpose.
 EXPECTED = {
     "health.healthz": "public",
     "auth.login": "public",
-    "auth.logout": EVERYONE,
-    "home.index": EVERYONE,
+    "auth.logout": EVERYONE | {"operator"},
+    "home.index": EVERYONE | {"operator"},
     "conversations.index": EVERYONE,
     "conversations.create": {"agent"},
     "conversations.show": EVERYONE,
@@ -54,7 +55,14 @@ EXPECTED = {
     "api.list_tokens": EVERYONE,
     "api.revoke_token": EVERYONE,
     "tokens.of_user": {"admin"},
-    "metrics.metrics": {"admin"},  # or Prometheus with the METRICS_TOKEN (tests/test_metrics.py)
+    "metrics.metrics": {"admin", "operator"},  # or Prometheus with the METRICS_TOKEN (tests/ops/test_metrics.py)
+    "ops.index": {
+        "admin",
+        "operator",
+    },  # an admin their tenant's, an operator the fleet's (tests/ops/test_operators.py)
+    "ops.requeue_job": {"admin", "operator"},
+    "ops.delete_job": {"admin", "operator"},
+    "ops.retry_conversation": {"admin"},  # a conversation is a tenant's: never an operator's
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}

@@ -14,13 +14,13 @@ from webapp.runtime.extensions import db
 from webapp.web.security import (
     ACCOUNT_SIGN_IN_LIMIT,
     account_limit_key,
+    anyone_signed_in,
     begin_session,
     end_this_session,
     limiter,
     public,
     redirect_home,
     safe_next,
-    signed_in,
     user_by_email,
 )
 
@@ -100,7 +100,7 @@ def login():
 
 
 @bp.post("/logout")
-@signed_in
+@anyone_signed_in
 def logout():
     audit_chain.record(
         db.session, "sign_out", tenant_id=current_user.tenant_id, actor=current_user._get_current_object()

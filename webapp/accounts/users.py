@@ -77,8 +77,14 @@ class CreateUserForm(FlaskForm):
     )
 
     def validate_email(self, field) -> None:
-        if db.session.scalar(select(User.id).where(User.email == field.data)) is not None:
+        """An e-mail already in use: said so when it is a person of the admin's own tenant; otherwise
+        words that do not tell the e-mail has an account in another tenant (or is an operator's)."""
+        holder = db.session.scalar(select(User.tenant_id).where(User.email == field.data))
+        if holder is None:
+            return
+        if holder == current_user.tenant_id:
             raise ValidationError("A user with this email already exists.")
+        raise ValidationError(_sentence(identity.EMAIL_UNAVAILABLE))
 
 
 # --- pages ----------------------------------------------------------------------------------------
@@ -118,7 +124,7 @@ def create_user():
         db.session.commit()
     except (AccountError, IntegrityError) as exc:  # IntegrityError: the same email added meanwhile
         db.session.rollback()
-        message = _sentence(str(exc)) if isinstance(exc, AccountError) else "A user with this email already exists."
+        message = _sentence(str(exc) if isinstance(exc, AccountError) else identity.EMAIL_UNAVAILABLE)
         form.form_errors.append(message)
         return _users_page(form), 422
     flash(f"{user.email} is added and can sign in now.", "info")

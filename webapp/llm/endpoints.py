@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from webapp.config import Config
 from webapp.llm.client import ModelClient
 from webapp.llm.react import ReactClient
-from webapp.models import ModelEndpoint, Tenant
+from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
 
 _clients: dict[tuple, ModelClient] = {}
 
@@ -149,7 +149,7 @@ def set_tenant_endpoint(session: Session, tenant_slug: str, endpoint_name: str |
     """Serve the tenant's conversations from the named endpoint (None: the configured default model).
     Running processes follow within CHOICE_SECONDS. The caller commits."""
     tenant = session.scalar(select(Tenant).where(Tenant.slug == tenant_slug.strip().lower()))
-    if tenant is None:
+    if tenant is None or tenant.slug == OPERATIONS_SLUG:  # operators hold no conversation, so talk to no model
         raise EndpointError(f"There is no tenant {tenant_slug!r}.")
     with _choices_lock:
         _choices.pop(tenant.id, None)  # this process follows at once; the others within CHOICE_SECONDS

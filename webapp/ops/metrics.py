@@ -6,9 +6,12 @@ Prometheus counter is a total over all time; the append-only tables (model_calls
 give those, read incrementally (see Tally) so a scrape reads only the rows added lately. Gauges
 (what is waiting now) are counts over indexed columns restricted to open states, which stay small.
 
-Access: a bearer token equal to METRICS_TOKEN, or a signed-in admin (a browser). Without either the
-answer is 401; nothing here is public. The figures are fleet-wide aggregates: no tenant, person or
-content appears in them.
+Access: a bearer token equal to METRICS_TOKEN (Prometheus) or a signed-in operator get the fleet's
+figures; a signed-in tenant admin (a browser) gets their own tenant's: the families that split by
+tenant (model calls, tokens, latency, moves, tool calls, decisions, audit events, open conversations
+and calls, waiting approvals) counted over their tenant's rows only, and none of the fleet's own (the
+queue, its workers and their slots). Without either the answer is 401; nothing here is public. No
+tenant, person or content appears in any label.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from datetime import timedelta
 from functools import wraps
 
 import redis
-from flask import Blueprint, Response, abort, current_app, request
+from flask import Blueprint, Response, abort, current_app, g, request
 from flask_login import current_user
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import (
@@ -34,12 +37,12 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from rq import Worker
 from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
-from sqlalchemy import case, func, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from webapp.agent.states import MOVING, CallStatus, ConversationStatus
-from webapp.models import AuditEvent, Conversation, ModelCall, ToolCall, utcnow
+from webapp.models import OPERATOR, AuditEvent, Conversation, ModelCall, ToolCall, utcnow
 from webapp.runtime.extensions import db
 
 bp = Blueprint("metrics", __name__)
@@ -127,6 +130,16 @@ class Tally:
         return groups, newest
 
 
+def _of_tenant(totals: dict[tuple, list[float]], tenant_id: int | None) -> dict[tuple, list[float]]:
+    """Totals grouped by (tenant, *rest) as {rest: values}: summed over every tenant (the fleet), or
+    one tenant's only."""
+    kept: dict[tuple, list[float]] = {}
+    for (tenant, *rest), values in totals.items():
+        if tenant_id is None or tenant == tenant_id:
+            _add(kept, {tuple(rest): values})
+    return kept
+
+
 def _add(into: dict[tuple, list[float]], more: dict[tuple, list[float]]) -> None:
     for key, values in more.items():
         if key in into:
@@ -141,9 +154,10 @@ class DeskCollector(Collector):
     def __init__(self, app) -> None:
         self.app = app
         latency_s = ModelCall.latency_ms / 1000.0
+        # Grouped by tenant first, so one tally serves the fleet (summed over tenants) and each tenant.
         self.model_calls = Tally(
             ModelCall.id,
-            group_by=[ModelCall.model],
+            group_by=[ModelCall.tenant_id, ModelCall.model],
             sums=[
                 ModelCall.input_tokens,
                 ModelCall.output_tokens,
@@ -153,23 +167,28 @@ class DeskCollector(Collector):
                 *(case((latency_s <= bound, 1), else_=0) for bound in LATENCY_BUCKETS),
             ],
         )
-        self.audit = Tally(AuditEvent.id, group_by=[AuditEvent.action, AuditEvent.outcome], sums=[])
+        self.audit = Tally(
+            AuditEvent.id, group_by=[AuditEvent.tenant_id, AuditEvent.action, AuditEvent.outcome], sums=[]
+        )
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, tenant_id: int | None = None) -> Iterable[Metric]:
+        """The fleet's figures, or (tenant_id) one tenant's: its rows only, and no family of the fleet's
+        own (the queue and its workers)."""
         started = time.perf_counter()
         desk = self.app.extensions["desk"]
-        yield from self._database(desk.config)
-        yield from self._redis(desk.dispatcher)
+        yield from self._database(desk.config, tenant_id)
+        if tenant_id is None:
+            yield from self._redis(desk.dispatcher)
         scrape = GaugeMetricFamily("desk_scrape_duration_seconds", "Time this scrape took to compute.")
         scrape.add_metric([], time.perf_counter() - started)
         yield scrape
 
     # --- the database ---------------------------------------------------------------------------
 
-    def _database(self, config) -> Iterable[Metric]:
+    def _database(self, config, tenant_id: int | None) -> Iterable[Metric]:
         up = GaugeMetricFamily("desk_database_up", "1 when the database answered this scrape.")
         try:
-            families = self._database_families(db.session, config)
+            families = self._database_families(db.session, config, tenant_id)
         except SQLAlchemyError as exc:
             db.session.rollback()
             self.app.logger.warning("metrics: database unavailable: %s", type(exc).__name__)
@@ -182,8 +201,10 @@ class DeskCollector(Collector):
         yield up
         yield from families
 
-    def _database_families(self, session: Session, config) -> list[Metric]:
+    def _database_families(self, session: Session, config, tenant_id: int | None) -> list[Metric]:
         families: list[Metric] = []
+        conversation_scope = [Conversation.tenant_id == tenant_id] if tenant_id is not None else []
+        call_scope = [ToolCall.tenant_id == tenant_id] if tenant_id is not None else []
 
         # Model calls: a counter and tokens by model, and the latency histogram.
         calls = CounterMetricFamily("desk_model_calls", "Model calls made, by model.", labels=["model"])
@@ -191,7 +212,9 @@ class DeskCollector(Collector):
         latency = HistogramMetricFamily(
             "desk_model_call_latency_seconds", "Latency of model calls, from request to last byte.", labels=["model"]
         )
-        for (model,), values in sorted(self.model_calls.totals(session).items(), key=lambda item: str(item[0])):
+        for (model,), values in sorted(
+            _of_tenant(self.model_calls.totals(session), tenant_id).items(), key=lambda item: str(item[0])
+        ):
             count, *token_sums, latency_sum = values[: 2 + len(TOKEN_KINDS)]
             calls.add_metric([model], count)
             for kind, total in zip(TOKEN_KINDS, token_sums, strict=True):
@@ -202,7 +225,7 @@ class DeskCollector(Collector):
         families += [calls, tokens, latency]
 
         # The audit log's actions: moves, tool calls by outcome, decisions, and every action.
-        actions = self.audit.totals(session)
+        actions = _of_tenant(self.audit.totals(session), tenant_id)
         moves = CounterMetricFamily("desk_moves", "Moves made: model calls and tool calls run.", labels=["kind"])
         executed = CounterMetricFamily("desk_tool_calls_executed", "Tool calls run, by outcome.", labels=["outcome"])
         decided = CounterMetricFamily(
@@ -234,7 +257,7 @@ class DeskCollector(Collector):
         counted = dict(
             session.execute(
                 select(Conversation.status, func.count())
-                .where(Conversation.status.in_(OPEN_CONVERSATION_STATES))
+                .where(Conversation.status.in_(OPEN_CONVERSATION_STATES), *conversation_scope)
                 .group_by(Conversation.status)
             ).all()
         )
@@ -247,7 +270,9 @@ class DeskCollector(Collector):
         stalled.add_metric(
             [],
             session.scalar(
-                select(func.count()).where(Conversation.status.in_(MOVING), Conversation.lease_expires_at < utcnow())
+                select(func.count()).where(
+                    Conversation.status.in_(MOVING), Conversation.lease_expires_at < utcnow(), *conversation_scope
+                )
             )
             or 0,
         )
@@ -255,7 +280,7 @@ class DeskCollector(Collector):
         counted = dict(
             session.execute(
                 select(ToolCall.status, func.count())
-                .where(ToolCall.status.in_(OPEN_CALL_STATES))
+                .where(ToolCall.status.in_(OPEN_CALL_STATES), *call_scope)
                 .group_by(ToolCall.status)
             ).all()
         )
@@ -264,7 +289,7 @@ class DeskCollector(Collector):
         families += [conversations, stalled, tool_calls]
 
         # Approvals waiting for a person: how many, the oldest, and how many by age.
-        waiting = ToolCall.status == CallStatus.AWAITING_APPROVAL.value
+        waiting = and_(ToolCall.status == CallStatus.AWAITING_APPROVAL.value, *call_scope)
         now = utcnow()
         oldest = session.scalar(select(func.min(ToolCall.created_at)).where(waiting))
         pending = GaugeMetricFamily("desk_approvals_pending", "Tool calls waiting for a decision.")
@@ -369,8 +394,9 @@ def _aware(moment):
 
 
 def metrics_access(view):
-    """The bearer token METRICS_TOKEN (Prometheus), or a signed-in admin (a person with a browser).
-    A wrong token answers 401, a signed-in non-admin 403, anyone else 401."""
+    """The bearer token METRICS_TOKEN (Prometheus) or a signed-in operator: the fleet's figures; a
+    signed-in admin: their tenant's (g.metrics_tenant_id). A wrong token answers 401, a signed-in
+    person who is neither 403, anyone else 401."""
 
     @wraps(view)
     def wrapper(*args, **kwargs):
@@ -378,16 +404,21 @@ def metrics_access(view):
         if scheme:
             expected = current_app.extensions["desk"].config.metrics_token
             if scheme.lower() == "bearer" and expected and hmac.compare_digest(token.strip(), expected):
+                g.metrics_tenant_id = None
                 return view(*args, **kwargs)
             reason = "is not the metrics token" if expected else "cannot be checked: METRICS_TOKEN is not set"
             return _unauthorized(f"The bearer token {reason}. Send Authorization: Bearer <METRICS_TOKEN>.")
         if current_user.is_authenticated:
-            if current_user.has_role("admin"):
+            if current_user.is_operator:
+                g.metrics_tenant_id = None
                 return view(*args, **kwargs)
-            abort(403, description="Metrics are for admins, or for Prometheus with the METRICS_TOKEN.")
-        return _unauthorized("Send Authorization: Bearer <METRICS_TOKEN>, or sign in as an admin.")
+            if current_user.has_role("admin"):
+                g.metrics_tenant_id = current_user.tenant_id
+                return view(*args, **kwargs)
+            abort(403, description="Metrics are for admins and operators, or for Prometheus with the METRICS_TOKEN.")
+        return _unauthorized("Send Authorization: Bearer <METRICS_TOKEN>, or sign in as an admin or an operator.")
 
-    wrapper.allowed_roles = ("admin",)  # and the metrics token, which is no person's role
+    wrapper.allowed_roles = ("admin", OPERATOR)  # and the metrics token, which is no person's role
     return wrapper
 
 
@@ -399,14 +430,29 @@ def _unauthorized(message: str) -> Response:
 @metrics_access
 def metrics():
     registry: CollectorRegistry = current_app.extensions["desk_metrics"]
+    if g.metrics_tenant_id is not None:
+        registry = _TenantScrape(current_app.extensions["desk_collector"], g.metrics_tenant_id)
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return Response(encoder(registry), mimetype=None, content_type=content_type, headers={"Cache-Control": "no-store"})
+
+
+class _TenantScrape:
+    """What the encoder reads for one tenant's admin: the collector's figures for that tenant."""
+
+    def __init__(self, collector: DeskCollector, tenant_id: int) -> None:
+        self.collector = collector
+        self.tenant_id = tenant_id
+
+    def collect(self) -> Iterable[Metric]:
+        return self.collector.collect(self.tenant_id)
 
 
 def init_app(app) -> None:
     """A registry of our own per app (never prometheus_client's global one): the collector reads
     this app's database and Redis."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DeskCollector(app))
+    collector = DeskCollector(app)
+    registry.register(collector)
     app.extensions["desk_metrics"] = registry
+    app.extensions["desk_collector"] = collector
     app.register_blueprint(bp)

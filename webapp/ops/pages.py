@@ -1,11 +1,13 @@
-"""The operations page for admins: the queue and its workers, what failed, what is stuck.
+"""The operations page: the queue and its workers, what failed, what is stuck.
 
-Queue depth, workers and RQ's failed jobs are fleet-wide (one Redis for every tenant) but a failed
-job is listed, and can be requeued or deleted, only when it worked for the admin's own tenant: a
-move or wake-up of one of its conversations, or a background job of one of its tool calls. Jobs of
-the desk itself (the sweeper) belong to no tenant and are only counted. Failed and stuck
-conversations are the admin's tenant's. When Redis is unreachable the
-page says so and still shows what the database knows.
+Two people use it. An operator (no tenant; made with `flask create-operator`) runs the fleet: they
+see the queue's depth, every worker (name, host, pid, current job) and every failed job of every
+tenant and of the desk itself, and requeue or delete any of them; no tenant's conversations are
+listed to them. A tenant's admin sees their own tenant only: its failed and stuck conversations and
+the failed jobs that worked for it (a move or wake-up of one of its conversations, a background job
+of one of its tool calls), and of the fleet nothing but its capacity in totals (how many workers,
+how many of their slots are busy), never a worker's name, host or pid, the queue's depth or another
+tenant's jobs. When Redis is unreachable the page says so and still shows what the database knows.
 
 Every action is a plain form POST answered with a redirect back and a flash message.
 """
@@ -27,7 +29,7 @@ from sqlalchemy import select
 from webapp.agent import sweeper
 from webapp.agent.states import ConversationStatus
 from webapp.conversations import actions as conversations
-from webapp.models import Conversation, ToolCall, utcnow
+from webapp.models import OPERATOR, Conversation, Tenant, ToolCall, utcnow
 from webapp.ops.metrics import queue_counts, worker_slots
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
@@ -52,23 +54,35 @@ class FailedJob:
     ended_at: datetime | None
     summary: str  # the exception's last line
     conversation_id: int | None
+    tenant: str | None = None  # the slug of the tenant it worked for (shown to operators); None: the desk's own
 
 
 @dataclass
 class RedisView:
-    """What Redis tells about the queue; `error` says why the rest is missing."""
+    """What Redis tells about the queue; `error` says why the rest is missing. For a tenant's admin
+    only the capacity totals and their tenant's failed jobs are filled in."""
 
     error: str | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    workers: list[dict] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # operators only
+    workers: list[dict] = field(default_factory=list)  # operators only
+    capacity: dict[str, int] = field(default_factory=dict)  # workers, slots, busy: totals, for everyone
     failed_jobs: list[FailedJob] = field(default_factory=list)
-    failed_hidden: int = 0  # failed jobs of other tenants, or of the desk itself
 
 
 @bp.get("")
-@roles_required("admin")
+@roles_required("admin", OPERATOR)
 def index():
     config = services().config
+    if current_user.is_operator:
+        return render_template(
+            "ops/index.html",
+            view=_redis_view(None),
+            fleet=True,
+            failed=[],
+            stuck=[],
+            config=config,
+            queue_name=config.queue_name,
+        )
     now = utcnow()
     tenant = Conversation.tenant_id == current_user.tenant_id
     failed = db.session.scalars(
@@ -99,6 +113,7 @@ def index():
     return render_template(
         "ops/index.html",
         view=view,
+        fleet=False,
         failed=failed,
         stuck=stuck,
         config=config,
@@ -124,14 +139,14 @@ def retry_conversation(conversation_id: int):
 
 
 @bp.post("/jobs/requeue")
-@roles_required("admin")
+@roles_required("admin", OPERATOR)
 def requeue_job():
     """Put a failed RQ job back on its queue (a stale move finds its version moved on and exits)."""
     return _job_action("requeue")
 
 
 @bp.post("/jobs/delete")
-@roles_required("admin")
+@roles_required("admin", OPERATOR)
 def delete_job():
     """Remove a failed RQ job and its record (the conversation itself is not touched)."""
     return _job_action("delete")
@@ -150,7 +165,10 @@ def _job_action(action: str):
     try:
         registry = dispatcher.queue.failed_job_registry
         owner = _owners([job_id]).get(job_id)
-        if job_id not in registry or owner is None or owner[1] != current_user.tenant_id:
+        # An operator acts on any failed job; an admin only on one that worked for their tenant.
+        if job_id not in registry or not (
+            current_user.is_operator or (owner is not None and owner[1] == current_user.tenant_id)
+        ):
             flash(f"Job {job_id} is not among the failed jobs any more.", "error")
             return back
         if action == "requeue":
@@ -197,46 +215,63 @@ def _owners(job_ids: list[str]) -> dict[str, tuple[int, int]]:
     return owners
 
 
-def _redis_view(tenant_id: int) -> RedisView:
+def _redis_view(tenant_id: int | None) -> RedisView:
+    """The queue as an operator sees it (tenant_id None: everything) or as a tenant's admin does (the
+    fleet's capacity in totals, and the failed jobs that worked for their tenant)."""
     dispatcher = services().dispatcher
     view = RedisView()
     try:
         queue = dispatcher.queue
-        view.counts = queue_counts(queue)
-        for worker in sorted(Worker.all(queue=queue), key=lambda w: w.name):
+        workers = sorted(Worker.all(queue=queue), key=lambda w: w.name)
+        view.capacity = {"workers": len(workers), "slots": 0, "busy": 0}
+        for worker in workers:
             busy, slots = worker_slots(worker)
-            view.workers.append(
-                {
-                    "name": worker.name,
-                    "state": str(worker.get_state()),
-                    "busy": busy,
-                    "slots": slots,
-                    "job": worker.get_current_job_id(),
-                    "heartbeat": worker.last_heartbeat,
-                    "host": f"{worker.hostname}:{worker.pid}",
-                    "birth": worker.birth_date,
-                }
-            )
+            view.capacity["slots"] += slots
+            view.capacity["busy"] += min(busy, slots)
+            if tenant_id is None:
+                view.workers.append(
+                    {
+                        "name": worker.name,
+                        "state": str(worker.get_state()),
+                        "busy": busy,
+                        "slots": slots,
+                        "job": worker.get_current_job_id(),
+                        "heartbeat": worker.last_heartbeat,
+                        "host": f"{worker.hostname}:{worker.pid}",
+                        "birth": worker.birth_date,
+                    }
+                )
+        if tenant_id is None:
+            view.counts = queue_counts(queue)
         registry = queue.failed_job_registry
         ids = registry.get_job_ids(0, 4 * LIST_LIMIT - 1, desc=True, cleanup=False)
         jobs = [job for job in Job.fetch_many(ids, connection=dispatcher.redis) if job is not None]
         owners = _owners([job.id for job in jobs])
+        slugs = (
+            {tid: slug for tid, slug in db.session.execute(select(Tenant.id, Tenant.slug))} if tenant_id is None else {}
+        )
         for job in jobs:
             owner = owners.get(job.id)
-            if owner is None or owner[1] != tenant_id:
-                view.failed_hidden += 1
-            elif len(view.failed_jobs) < LIST_LIMIT:
+            if len(view.failed_jobs) >= LIST_LIMIT:
+                break
+            if tenant_id is None:
+                view.failed_jobs.append(_failed_job(job, owner and owner[0], slugs.get(owner[1]) if owner else None))
+            elif owner is not None and owner[1] == tenant_id:
                 view.failed_jobs.append(_failed_job(job, owner[0]))
     except (redis.RedisError, OSError) as exc:
         view.error = (
             f"Redis is unreachable ({type(exc).__name__}): queue depth, workers and failed jobs are unknown, and "
-            "new moves cannot be enqueued until it is back. Conversations below come from the database; the "
-            "sweeper re-enqueues them once Redis answers."
+            "new moves cannot be enqueued until it is back. "
+            + (
+                "The sweeper re-enqueues the waiting conversations once Redis answers."
+                if tenant_id is None
+                else "Conversations below come from the database; the sweeper re-enqueues them once Redis answers."
+            )
         )
     return view
 
 
-def _failed_job(job: Job, conversation_id: int | None) -> FailedJob:
+def _failed_job(job: Job, conversation_id: int | None, tenant: str | None = None) -> FailedJob:
     result = job.latest_result()
     text = (getattr(result, "exc_string", None) or "").strip()
     summary = text.splitlines()[-1] if text else "no exception recorded (the job may have been stopped or timed out)"
@@ -251,6 +286,7 @@ def _failed_job(job: Job, conversation_id: int | None) -> FailedJob:
         ended_at=job.ended_at,
         summary=summary[:300],
         conversation_id=conversation_id,
+        tenant=tenant,
     )
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from flask import Blueprint, render_template
 
-from webapp.web.security import signed_in
+from webapp.web.security import anyone_signed_in
 
 bp = Blueprint("home", __name__)
 
 
 @bp.get("/")
-@signed_in
+@anyone_signed_in
 def index():
     return render_template("home.html")

@@ -23,7 +23,7 @@ from sqlalchemy import select
 from webapp import identity
 from webapp.config import Config
 from webapp.identity import AccountError, user_for_token
-from webapp.models import ROLES, User, utcnow
+from webapp.models import OPERATOR, ROLES, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.web.errors import Refused
 from webapp.web.htmx import is_htmx
@@ -203,8 +203,13 @@ def _load_user(session_id: str) -> User | None:
 
 
 def signed_in(view):
-    """Any signed-in person, whatever their role."""
+    """Any signed-in person of a tenant, whatever their role (not an operator: they belong to no tenant)."""
     return roles_required(*ROLES)(view)
+
+
+def anyone_signed_in(view):
+    """Any signed-in person, operators too (the home page, signing out)."""
+    return roles_required(*ROLES, OPERATOR)(view)
 
 
 def public(view):
