@@ -9,6 +9,7 @@ declares nothing.
 from __future__ import annotations
 
 from functools import wraps
+from urllib.parse import urlsplit
 
 from flask import Flask, abort, g, redirect, request, url_for
 from flask.sessions import SecureCookieSessionInterface
@@ -176,10 +177,15 @@ def api_roles(*roles: str):
 
 
 def safe_next(target: str | None) -> str | None:
-    """A same-site path to return to after sign-in, never another origin."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """A same-site path to return to after sign-in, never another origin: one "/" then a path, with
+    no backslash and no control character (browsers drop tabs and newlines, so "/\t/evil.test" would
+    become "//evil.test"), and no scheme or host however it is read. None for anything else."""
+    if not target or not target.isprintable() or "\\" in target:
         return None
-    return target
+    if not target.startswith("/") or target.startswith("//"):
+        return None
+    parts = urlsplit(target)
+    return None if parts.scheme or parts.netloc else target
 
 
 def user_by_email(email: str) -> User | None:
