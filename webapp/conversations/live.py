@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import time
 
 import redis
@@ -74,13 +75,25 @@ def _stream(channels: list[str]) -> Response:
 
 def sse_event(event: dict) -> str:
     """One SSE message named by the event type. Text deltas and tool starts travel as escaped HTML for
-    htmx to put in the page; other events are signals with a JSON body."""
+    htmx to put in the page; other events are signals with a JSON body.
+
+    A reader ends a line at CRLF, LF or a lone CR, so text from the model (which may hold any of them)
+    must never start a line of its own: "\r\nevent: tool_start" would be an event. A carriage return
+    travels as the character reference &#13; (the page gets it back), and each remaining line is a
+    `data:` line of the same event (the reader joins them with LF)."""
     name = event.get("type", "message")
     if name == "text":
-        data = html.escape(event["text"])
+        data = _html(event["text"])
     elif name == "tool_start":
-        data = f"calling {html.escape(event['name'])}…"
+        data = f"calling {_html(event['name'])}…"
     else:
         data = json.dumps(event)
-    lines = "".join(f"data: {line}\n" for line in data.split("\n"))
+    lines = "".join(f"data: {line}\n" for line in _LINE_END.split(data))
     return f"event: {name}\n{lines}\n"
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")  # every line end of the SSE format
+
+
+def _html(text: str) -> str:
+    return html.escape(text).replace("\r", "&#13;")

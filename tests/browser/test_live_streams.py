@@ -1,0 +1,96 @@
+"""The live streams (server-sent events) as a client reads them from the real server over HTTP,
+parsed as the HTML standard says a browser parses them."""
+
+from __future__ import annotations
+
+import codecs
+import html
+import re
+from collections.abc import Iterator
+
+import requests
+
+from tests.browser.conftest import PASSWORD
+from tests.model_server import Reply
+from tests.replies import reply, text
+
+CSRF = re.compile(r'name="csrf_token"[^>]*value="([^"]+)"')
+LINE_END = re.compile(r"\r\n|\r(?!\Z)|\n")  # a CR last in what has arrived may be the start of a CRLF
+
+
+def signed_in(server_url: str, email: str) -> requests.Session:
+    """A session signed in through the real /login form."""
+    http = requests.Session()
+    token = CSRF.search(http.get(f"{server_url}/login", timeout=10).text).group(1)
+    data = {"csrf_token": token, "email": email, "password": PASSWORD}
+    answer = http.post(f"{server_url}/login", data=data, allow_redirects=False, timeout=10)
+    assert answer.status_code == 302, answer.text
+    return http
+
+
+def post_form(http: requests.Session, page: str, url: str, data: dict) -> requests.Response:
+    """A form of `page` sent to `url`, with the page's CSRF token, as a browser would."""
+    token = CSRF.search(http.get(page, timeout=10).text).group(1)
+    return http.post(url, data={"csrf_token": token, **data}, allow_redirects=False, timeout=10)
+
+
+def sse_events(response: requests.Response) -> Iterator[tuple[str, str]]:
+    """(event name, data) of each event of a text/event-stream, as EventSource dispatches them: lines
+    end at CRLF, LF or CR; data lines are joined with LF; a blank line dispatches. A retry field is
+    yielded as ("retry", value) when it is read (the stream sends it once it listens)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    pending, name, data = "", "message", []
+    for chunk in response.iter_content(chunk_size=None):
+        *lines, pending = LINE_END.split(pending + decoder.decode(chunk))
+        for line in lines:
+            if not line:
+                if data:
+                    yield name, "\n".join(data)
+                name, data = "message", []
+                continue
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "retry":
+                yield "retry", value
+            elif field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+
+
+def open_stream(http: requests.Session, url: str) -> tuple[requests.Response, Iterator[tuple[str, str]]]:
+    """The stream at `url`, once it listens (its first line, the retry interval, comes after it subscribed)."""
+    response = http.get(url, stream=True, timeout=(10, 30), headers={"Accept": "text/event-stream"})
+    assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/event-stream")
+    events = sse_events(response)
+    assert next(events) == ("retry", "3000")
+    return response, events
+
+
+# CRLF, LF and lone CRs, each followed by what would be an event's fields if it started a line.
+FORGED = (
+    "Refund issued.\r\nevent: tool_start\r\ndata: x\r\n\r\n"
+    "Next\revent: tool_start\rdata: x\r\rlines\n\nevent: changed\n\nEnd."
+)
+
+
+def test_model_text_with_line_breaks_reaches_the_page_as_text_never_as_events(live_server, workers, model):
+    """A CR in the model's words used to end an SSE line: the text after it was read as fields,
+    and a forged tool_start ("calling x…") reached the page."""
+    model.enqueue(Reply.message(reply(text(FORGED))))
+    agent = signed_in(live_server.url, "agent@acme.test")
+    conversations = f"{live_server.url}/conversations"
+    started = post_form(agent, conversations, conversations, {"message": "Refund order 4471"})
+    conversation_id = int(started.headers["Location"].rstrip("/").rsplit("/", 1)[1])
+    response, events = open_stream(agent, f"{live_server.url}/live/conversations/{conversation_id}")
+    workers()  # the answer streams only now that the page listens
+    seen, words = [], ""
+    for name, data in events:
+        seen.append(name)
+        if name == "text":
+            words += html.unescape(data)  # what the page's text becomes once htmx puts the HTML in
+        elif name == "changed" and "text" in seen:  # the answer is in: the page reloads the transcript
+            break
+    response.close()
+    assert {name for name in seen if name != "changed"} == {"text"}  # text events only, no forged one
+    assert words == FORGED
