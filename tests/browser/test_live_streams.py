@@ -4,15 +4,20 @@ parsed as the HTML standard says a browser parses them."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import html
 import re
+import threading
 from collections.abc import Iterator
 
+import pytest
 import requests
+from sqlalchemy import select
 
 from tests.browser.conftest import PASSWORD
 from tests.model_server import Reply
 from tests.replies import reply, text
+from webapp.models import User
 
 CSRF = re.compile(r'name="csrf_token"[^>]*value="([^"]+)"')
 LINE_END = re.compile(r"\r\n|\r(?!\Z)|\n")  # a CR last in what has arrived may be the start of a CRLF
@@ -94,3 +99,42 @@ def test_model_text_with_line_breaks_reaches_the_page_as_text_never_as_events(li
     response.close()
     assert {name for name in seen if name != "changed"} == {"text"}  # text events only, no forged one
     assert words == FORGED
+
+
+def ends_within(events: Iterator[tuple[str, str]], seconds: float) -> bool:
+    """Whether the stream ends (the server closes it) within `seconds`, whatever it sends meanwhile."""
+    ended = threading.Event()
+
+    def read() -> None:
+        with contextlib.suppress(Exception):  # the test closed the stream under it: not an end
+            for _ in events:
+                pass
+            ended.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return ended.wait(seconds)
+
+
+@pytest.mark.parametrize(
+    "change, form",
+    [("disable", {}), ("password", {"password": "a-new-password-2026"})],
+)
+def test_an_open_stream_ends_within_seconds_once_its_person_may_no_longer_sign_in(live_server, engine, change, form):
+    """Disabling a person or resetting their password ends their sessions; their open pages' live
+    streams used to go on delivering the tenant's events for up to five minutes."""
+    agent, reviewer = signed_in(live_server.url, "agent@acme.test"), signed_in(live_server.url, "reviewer@acme.test")
+    agents_stream, agents_events = open_stream(agent, f"{live_server.url}/live/tenant")
+    reviewers_stream, reviewers_events = open_stream(reviewer, f"{live_server.url}/live/tenant")
+    admin = signed_in(live_server.url, "admin@acme.test")
+    users = f"{live_server.url}/admin/users"
+    with engine.connect() as connection:
+        agent_id = connection.scalar(select(User.id).where(User.email == "agent@acme.test"))
+    answer = post_form(admin, users, f"{users}/{agent_id}/{change}", form)
+    assert answer.status_code in (200, 302, 303), answer.text
+    try:
+        assert ends_within(agents_events, 8), "the stream still delivers 8 s after its person lost their sessions"
+        assert not ends_within(reviewers_events, 1)  # everyone else's goes on
+        assert agent.get(f"{live_server.url}/live/tenant", allow_redirects=False).status_code == 302  # to sign in
+    finally:
+        agents_stream.close()
+        reviewers_stream.close()

@@ -1,7 +1,9 @@
 """Server-sent events: pages follow a conversation or their tenant's approvals live.
 
 Redis pub/sub carries small signals ("text", "changed", "approvals-changed"); the page re-fetches
-the fragment a signal concerns, so the stream itself never renders or touches the database.
+the fragment a signal concerns, so the stream itself never renders. It touches the database only to
+ask, every CHECK_SECONDS, whether its person is still signed in (not disabled, sessions not ended),
+and ends when they are not.
 """
 
 from __future__ import annotations
@@ -12,19 +14,21 @@ import re
 import time
 
 import redis
-from flask import Blueprint, Response, abort
+from flask import Blueprint, Flask, Response, abort, current_app
 from flask_login import current_user
+from sqlalchemy.exc import SQLAlchemyError
 
 from webapp.conversations import actions as conversations
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.errors import Refused
-from webapp.web.security import signed_in
+from webapp.web.security import signed_in, still_signed_in
 
 bp = Blueprint("live", __name__, url_prefix="/live")
 
 STREAM_SECONDS = 300  # then the browser reconnects (EventSource does so by itself)
 KEEPALIVE_SECONDS = 15
+CHECK_SECONDS = 3  # how soon a stream ends once its person is disabled or their sessions ended
 
 
 @bp.get("/tenant")
@@ -51,18 +55,27 @@ def _stream(channels: list[str]) -> Response:
         return Response(
             "event: unavailable\ndata: live updates are unavailable\n\n", mimetype="text/event-stream", status=200
         )
+    app, session_id = current_app._get_current_object(), current_user.get_id()
     db.session.remove()  # a stream lives for minutes: it must not hold a database session (or SQLite's lock)
 
     def events():
         yield "retry: 3000\n\n"
-        deadline = time.monotonic() + STREAM_SECONDS
+        now = time.monotonic()
+        deadline, keepalive_at, check_at = now + STREAM_SECONDS, now + KEEPALIVE_SECONDS, now + CHECK_SECONDS
         try:
-            while time.monotonic() < deadline:
-                message = pubsub.get_message(timeout=KEEPALIVE_SECONDS)
-                if message is None:
+            while now < deadline:
+                message = pubsub.get_message(timeout=max(0.0, min(keepalive_at, check_at) - now))
+                now = time.monotonic()
+                if message is not None:
+                    yield sse_event(json.loads(message["data"]))
+                    keepalive_at = now + KEEPALIVE_SECONDS
+                elif now >= keepalive_at:
                     yield ": keepalive\n\n"
-                    continue
-                yield sse_event(json.loads(message["data"]))
+                    keepalive_at = now + KEEPALIVE_SECONDS
+                if now >= check_at:
+                    if not _still_signed_in(app, session_id):
+                        return  # the browser reconnects, and is sent to sign in
+                    check_at = now + CHECK_SECONDS
         except (redis.RedisError, OSError):
             yield "event: unavailable\ndata: live updates were interrupted\n\n"
         finally:
@@ -71,6 +84,18 @@ def _stream(channels: list[str]) -> Response:
     return Response(
         events(), mimetype="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+
+
+def _still_signed_in(app: Flask, session_id: str) -> bool:
+    """Whether the stream's person may still read it, asked as every request asks, on a short
+    transaction of its own (the stream holds no session in between); no answer ends the stream too."""
+    with app.app_context():
+        try:
+            return still_signed_in(session_id)
+        except SQLAlchemyError:
+            return False
+        finally:
+            db.session.remove()
 
 
 def sse_event(event: dict) -> str:

@@ -194,3 +194,9 @@ def user_by_email(email: str) -> User | None:
 
 def redirect_home():
     return redirect(url_for("home.index") if current_user.is_authenticated else url_for("auth.login"))
+
+
+def still_signed_in(session_id: str) -> bool:
+    """Whether a session (its User.get_id()) still signs its person in, by the rule every request
+    applies (the user loader): for a response that outlives its request, such as a live stream."""
+    return _load_user(session_id) is not None
