@@ -28,6 +28,7 @@ TIMELINE_LIMIT = 5000
 SHORT_PERIOD = 20_000  # events in a date range below which reading it by time and sorting is cheaper
 MAX_TEXT = 200
 MAX_DASHBOARD_DAYS = 366
+EARLIEST_DAY, LATEST_DAY = date(1970, 1, 1), date(2999, 12, 31)  # the days a date filter may name
 DEFAULT_DASHBOARD_DAYS = 30
 ACTIONS = (
     "conversation_started",
@@ -129,10 +130,14 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
         if not value:
             return None
         try:
-            return date.fromisoformat(value)
+            day = date.fromisoformat(value)
         except ValueError:
             errors.append(f"{label} must be a date like 2026-11-29; “{value[:40]}” is not one.")
             return None
+        if not EARLIEST_DAY <= day <= LATEST_DAY:  # the day after 9999-12-31 has no date, for one
+            errors.append(f"{label} must be a date from {EARLIEST_DAY} to {LATEST_DAY}; “{value[:40]}” is not.")
+            return None
+        return day
 
     start, end = day("from", "“From”"), day("to", "“To”")
     if start and end and start > end:
