@@ -138,3 +138,4 @@ def test_an_open_stream_ends_within_seconds_once_its_person_may_no_longer_sign_i
     finally:
         agents_stream.close()
         reviewers_stream.close()
+        post_form(admin, users, f"{users}/{agent_id}/password", {"password": PASSWORD})  # as seeded, for later tests
