@@ -19,6 +19,7 @@ from webapp.audit import costs
 from webapp.audit.exports import record
 from webapp.models import AuditEvent, User
 from webapp.web.errors import Refused
+from webapp.web.ids import MAX_ID
 from webapp.web.pagination import BadCursor, Page, decode_cursor, keyset_page
 
 PAGE_SIZE = 50
@@ -209,7 +210,7 @@ def select_events(tenant_id: int, filters: Filters, session: Session) -> Selecti
     e = AuditEvent
     where, by_id = [], e.id
     actor_id = None
-    if filters.person.isascii() and filters.person.isdigit():
+    if filters.person.isascii() and filters.person.isdigit() and int(filters.person) <= MAX_ID:
         actor_id = int(filters.person)
     elif filters.person:
         actor_id = session.scalar(select(User.id).where(User.tenant_id == tenant_id, User.email == filters.person))
