@@ -13,7 +13,8 @@ from webapp.runtime.extensions import db
 from webapp.web.pagination import encode_cursor
 
 AGENT, REVIEWER, AUDITOR = "agent@acme.test", "reviewer@acme.test", "auditor@acme.test"
-HUGE = 2**63  # one past the largest BIGINT
+HUGE = 2**63  # one past the largest BIGINT (and SQLite's integers)
+BIG = 2**31  # one past the largest INTEGER, the type of every id column but the audit log's
 DEEP = "[" * 5_000 + "]" * 5_000  # small enough for the body limit, deeper than the JSON parser goes
 SURROGATE = '{"message": "Refund order 4471 \\ud800 please"}'  # JSON's escape for half a UTF-16 pair
 JSON = "application/json"
@@ -26,6 +27,7 @@ API_CASES = [
     (AGENT, "post", "/api/conversations/1/messages", SURROGATE, 422, "lone surrogate"),
     (AUDITOR, "get", f"/api/conversations/{HUGE}", None, 404, "no such page"),
     (AUDITOR, "get", f"/api/conversations/{2**70}", None, 404, "no such page"),
+    (AUDITOR, "get", f"/api/conversations/{BIG}", None, 404, "no such page"),
     (REVIEWER, "get", f"/api/approvals/{HUGE}", None, 404, "no such page"),
     (REVIEWER, "post", f"/api/approvals/{HUGE}", '{"decision": "approve"}', 404, "no such page"),
     (AGENT, "post", f"/api/tool-calls/{HUGE}/input", '{"input": "x"}', 404, "no such page"),
@@ -33,6 +35,8 @@ API_CASES = [
     (AUDITOR, "get", "/api/audit?to=9999-12-31", None, 422, "“To” must be a date from 1970-01-01 to 2999-12-31"),
     (AUDITOR, "get", "/api/audit?from=0001-01-01", None, 422, "“From” must be a date from 1970-01-01"),
     (AUDITOR, "get", f"/api/audit?person={HUGE}", None, 200, None),  # no one has that id: no events
+    (AUDITOR, "get", f"/api/audit?person={BIG}", None, 200, None),
+    (AUDITOR, "get", f"/api/audit?conversation={BIG}", None, 422, "The conversation is a number"),
 ]
 
 
@@ -54,6 +58,11 @@ PAGE_CASES = [
     (REVIEWER, f"/approvals/{HUGE}/panel", 404, "", None),
     (AUDITOR, f"/audit/conversations/{HUGE}", 404, "", None),
     (AGENT, f"/live/conversations/{HUGE}", 404, "", None),
+    (AGENT, f"/conversations/{BIG}", 404, "", None),
+    (REVIEWER, f"/approvals/{BIG}", 404, "", None),
+    (AGENT, f"/conversations?cursor={encode_cursor(['2026-01-01T00:00:00+00:00', BIG])}", 200, "page link", None),
+    (REVIEWER, f"/approvals?cursor={encode_cursor(['2026-01-01T00:00:00+00:00', BIG])}", 200, "page link", None),
+    (AUDITOR, f"/audit?conversation={BIG}", 422, "The conversation is a number", str(BIG)),
     (AGENT, f"/conversations?cursor={encode_cursor(['2026-01-01T00:00:00+00:00', HUGE])}", 200, "page link", None),
     (REVIEWER, "/approvals?min_amount=nan", 200, "Amount from ($) must be a positive number", "nan"),
     (REVIEWER, "/approvals?min_amount=inf", 200, "Amount from ($) must be a positive number", "inf"),
@@ -62,6 +71,7 @@ PAGE_CASES = [
     (AUDITOR, "/audit?to=9999-12-31", 422, "“To” must be a date from 1970-01-01 to 2999-12-31", "9999-12-31"),
     (AUDITOR, "/audit?from=0001-01-01", 422, "“From” must be a date from 1970-01-01", "0001-01-01"),
     (AUDITOR, f"/audit?person={HUGE}", 200, "No event matches these filters.", str(HUGE)),
+    (AUDITOR, f"/audit?person={BIG}", 200, "No event matches these filters.", str(BIG)),
     (AUDITOR, "/audit/export.csv?to=9999-12-31", 422, "“To” must be a date from 1970-01-01", "9999-12-31"),
     (AUDITOR, "/audit/dashboard?to=9999-12-31", 200, "“To” must be a date from 1970-01-01", None),
     (AUDITOR, "/audit/dashboard?from=0001-01-01", 200, "“From” must be a date from 1970-01-01", None),

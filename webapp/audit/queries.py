@@ -19,7 +19,7 @@ from webapp.audit import costs
 from webapp.audit.exports import record
 from webapp.models import AuditEvent, User
 from webapp.web.errors import Refused
-from webapp.web.ids import MAX_ID
+from webapp.web.ids import fits
 from webapp.web.pagination import BadCursor, Page, decode_cursor, keyset_page
 
 PAGE_SIZE = 50
@@ -147,7 +147,7 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
     conversation = None
     raw = (args.get("conversation") or "").strip().lstrip("#")
     if raw:
-        if raw.isascii() and raw.isdigit() and len(raw) <= 12:
+        if raw.isascii() and raw.isdigit() and len(raw) <= 12 and fits(int(raw)):
             conversation = int(raw)
         else:
             errors.append(f"The conversation is a number, like 42; “{raw[:40]}” is not one.")
@@ -210,7 +210,7 @@ def select_events(tenant_id: int, filters: Filters, session: Session) -> Selecti
     e = AuditEvent
     where, by_id = [], e.id
     actor_id = None
-    if filters.person.isascii() and filters.person.isdigit() and int(filters.person) <= MAX_ID:
+    if filters.person.isascii() and filters.person.isdigit() and fits(int(filters.person)):
         actor_id = int(filters.person)
     elif filters.person:
         actor_id = session.scalar(select(User.id).where(User.tenant_id == tenant_id, User.email == filters.person))

@@ -1,13 +1,22 @@
-"""Ids in URLs (`<int:...>` in every route): a number a database id column (BIGINT) can hold. A
-longer one names no row: a 404, never a database error (SQLite cannot compare such a number,
-PostgreSQL refuses it)."""
+"""Ids in URLs (`<int:...>` in every route) and in page cursors: a number the id's column can hold.
+Ids are INTEGER columns (PostgreSQL's int4; the audit log's own ids are BIGINT). A larger one names
+no row: a 404 or a sentence, never a database error (PostgreSQL refuses to compare it with the
+column, SQLite cannot take a number past 2^63)."""
 
 from __future__ import annotations
 
+from sqlalchemy import BigInteger, ColumnElement
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import IntegerConverter
 
-MAX_ID = 2**63 - 1
+MAX_ID = 2**31 - 1  # INTEGER
+MAX_BIG_ID = 2**63 - 1  # BIGINT
+
+
+def fits(value: int, column: ColumnElement | None = None) -> bool:
+    """Whether a whole number fits `column` (an INTEGER id's range without one)."""
+    largest = MAX_BIG_ID if column is not None and isinstance(column.type, BigInteger) else MAX_ID
+    return -largest - 1 <= value <= largest
 
 
 class IdConverter(IntegerConverter):
@@ -17,6 +26,6 @@ class IdConverter(IntegerConverter):
 
     def to_python(self, value: str) -> int:
         number = super().to_python(value)
-        if number > MAX_ID:
+        if not fits(number):
             raise NotFound("There is no such page: the number in its address is larger than any id.")
         return number
