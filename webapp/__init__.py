@@ -30,7 +30,7 @@ def create_app(config: Config | None = None) -> Flask:
     from webapp.runtime.services import Services
     from webapp.tools.billing import demo_tools
     from webapp.tools.registry import ToolRegistry, load_tool
-    from webapp.web import errors, rendering, request_logs, security
+    from webapp.web import errors, ids, rendering, request_logs, security
 
     if config is None:
         try:
@@ -50,6 +50,7 @@ def create_app(config: Config | None = None) -> Flask:
         MAX_CONTENT_LENGTH=config.max_request_bytes,
     )
     app.json.sort_keys = False
+    app.url_map.converters["int"] = ids.IdConverter  # before any route: an id past BIGINT is a 404
     config.instance_path.mkdir(parents=True, exist_ok=True)
     db.init_app(app)
     migrate.init_app(app, db, directory=str(Path(__file__).parent / "migrations"))

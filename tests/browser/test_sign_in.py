@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from playwright.sync_api import expect
+
+from tests.browser.conftest import PASSWORD
 
 
 def test_the_sign_in_page_renders_with_htmx_and_no_console_errors(new_page, console):
@@ -81,3 +84,25 @@ def test_the_content_security_policy_is_enforced_and_its_violations_are_seen(new
     assert page.evaluate("window.inlineScriptRan") is None
     assert console.csp_violations()
     console.clear()
+
+
+@pytest.mark.parametrize(
+    "sent, lands_on",
+    [
+        ("%2F%09%2Fevil.test%2Fx", "/"),  # a browser drops the tab: "//evil.test/x", another site
+        ("%2F%0D%0A%2Fevil.test%2Fx", "/"),  # a newline: the same, or a broken header
+        ("%2Fx%0D%0ASet-Cookie%3A%20a%3Db", "/"),
+        ("%2F%5C%2Fevil.test", "/"),  # "/\/evil.test": a backslash reads as a slash
+        ("https%3A%2F%2Fevil.test%2F", "/"),
+        ("%2Fapprovals%3Ftool%3Dissue_refund", "/approvals?tool=issue_refund"),  # a path of ours is kept
+    ],
+)
+def test_signing_in_returns_only_to_a_path_of_this_site(new_page, live_server, sent, lands_on):
+    page = new_page()
+    page.goto(f"/login?next={sent}")
+    page.get_by_label("Email").fill("reviewer@acme.test")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+    assert page.url == live_server.url + lands_on
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()

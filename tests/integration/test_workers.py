@@ -3,6 +3,7 @@ HTTP. Workers are killed, raced and starved of their queue; the database must st
 
 from __future__ import annotations
 
+import html
 import threading
 
 import pytest
@@ -11,9 +12,10 @@ from rq import Queue
 from sqlalchemy import func, select, update
 from sqlalchemy import text as text_sql
 
+from tests.clients import session_as
 from tests.conftest import wait_until
 from tests.model_server import Fault, Reply
-from tests.replies import reply, tool_use
+from tests.replies import reply, text, tool_use
 from webapp.agent.transcript import api_messages
 from webapp.llm.wire import validate_request
 from webapp.models import Conversation, Message, Refund, ToolCall
@@ -293,3 +295,19 @@ def test_every_message_row_is_written_once_and_in_order(api, workers, model, rea
     )
     assert [row.seq for row in rows] == [1, 2, 3, 4]
     assert [m["role"] for m in api_messages(rows)] == ["user", "assistant", "user", "assistant"]
+
+
+@pytest.mark.parametrize("stop_reason", ["model_context_window_exceeded", "a_stop_reason_of_a_later_api_version"])
+def test_an_unknown_stop_reason_ends_the_turn_once_and_the_page_says_so(app, api, workers, model, stop_reason):
+    """An unknown stop reason must never make the loop ask the model again (until the move budget
+    runs out), and the page says why the answer may be partial. One longer than the rows hold (32
+    characters) failed the move's commit on PostgreSQL, and with it the conversation."""
+    model.enqueue(Reply.message(reply(text("Here is what I found so far."), stop_reason=stop_reason)))
+    workers()
+    conversation_id = start(api, "Summarise the account")
+    done = wait_status(api, conversation_id, "completed", "failed")
+    assert done["status"] == "completed" and len(model.requests) == 1 and done["moves_used"] == 1
+    page = html.unescape(session_as(app, AGENT).get(f"/conversations/{conversation_id}").get_data(as_text=True))
+    db.session.remove()
+    assert "Here is what I found so far." in page
+    assert f"The model stopped for a reason this desk does not know (“{stop_reason[:32]}”)" in page

@@ -46,6 +46,8 @@ from webapp.tools.tasks import INPUT_REQUIRED, WORKING, Task, TaskError
 # stop by a person, and a stop reason newer than this code (calling the model again would only spend
 # the move budget on the same answer).
 GOES_ON = frozenset({"tool_use", "pause_turn"})
+# The stops the desk knows (the chat page names any other, so a person knows the answer may be partial).
+KNOWN_STOPS = GOES_ON | {"end_turn", "max_tokens", "stop_sequence", "refusal", "cancelled"}
 
 
 _UNREAD = object()

@@ -195,7 +195,11 @@ M = TypeVar("M", bound=RequestBody)
 def body(model: type[M]) -> M:
     """The request's JSON object as `model`: 400 invalid_json when it is not a JSON object, 422
     invalid_field naming every bad field when it does not fit."""
-    data = request.get_json(silent=True)
+    try:
+        data = request.get_json(silent=True)
+    except RecursionError:  # deeper than the parser goes; no request of ours nests more than a few levels
+        message = "The JSON is nested too deeply; send a JSON object of the documented fields."
+        raise Refused(400, "invalid_json", message) from None
     return parse(model, data)
 
 
@@ -219,6 +223,8 @@ def _refusal(model: type[RequestBody], exc: ValidationError) -> InvalidFields:
         rule = next((m for m in field.metadata if isinstance(m, Rule)), None) if field else None
         if error["type"] == "extra_forbidden" or field is None:
             problem = "is not a field of this request"
+        elif error["type"] == "string_unicode":  # a lone surrogate, e.g. "\ud800": no text can hold it
+            problem = "holds a lone surrogate (half of a UTF-16 pair, such as \\ud800), which is not text; remove it"
         elif rule is None:
             problem = "is not valid"
         elif error["type"] == "missing":

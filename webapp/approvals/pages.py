@@ -9,6 +9,7 @@ re-fetch their fragments when anything is decided elsewhere.
 from __future__ import annotations
 
 import json
+import math
 from datetime import timedelta
 
 from flask import Blueprint, abort, flash, render_template, request, url_for
@@ -52,7 +53,7 @@ def _filters() -> tuple[dict, list[str]]:
         if raw:
             try:
                 number = float(raw)
-                if number < 0 or number > 10**9:
+                if not math.isfinite(number) or number < 0 or number > 10**9:  # nan and inf too
                     raise ValueError
                 values[name] = number
             except ValueError:

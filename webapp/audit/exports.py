@@ -2,6 +2,11 @@
 every hashed field and its hash (`record`), read in id order in batches (`ascending`) and written as
 CSV (`csv_chunks`, typed again by `record_from_csv`) or JSON Lines (`jsonl_chunks`).
 
+A spreadsheet runs a cell that starts with = + - @ (or a tab or carriage return) as a formula, so the
+CSV export prefixes such a cell with a single quote (OWASP's advice), and a cell that starts with a
+quote too, so that taking one leading quote off every cell that has one gives the text back exactly
+(`cell_from_csv`). JSON Lines carries the text as it is.
+
 Batches are read on short connections of their own, after the request's session is gone: on SQLite
 every transaction holds the write lock (BEGIN IMMEDIATE), so one long read would stop every writer.
 """
@@ -22,6 +27,7 @@ from webapp.models import AuditEvent
 EXPORT_FIELDS = ("id", *HASHED_FIELDS, "hash")
 EXPORT_BATCH = 2000
 _INT_FIELDS = ("id", "seq", "tenant_id", "actor_id", "conversation_id", "tool_call_id")
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")  # and the quote itself, so the prefix reads back
 
 
 def record(event) -> dict:
@@ -32,10 +38,21 @@ def record(event) -> dict:
     return fields
 
 
+def csv_cell(value):
+    """A value as the CSV export writes it: text that a spreadsheet would run as a formula is
+    prefixed with a single quote (as is text that starts with one); anything else as it is."""
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_STARTS) else value
+
+
+def cell_from_csv(cell: str) -> str:
+    """A cell of the CSV export as the text it stands for: one leading single quote taken off."""
+    return cell[1:] if cell.startswith("'") else cell
+
+
 def record_from_csv(row: Mapping[str, str]) -> dict:
-    """A row of the CSV export typed again (ids as numbers, empty cells as null, data parsed), ready
-    for audit.canonical() and audit.event_hash()."""
-    fields = {name: (row[name] if row[name] != "" else None) for name in EXPORT_FIELDS}
+    """A row of the CSV export typed again (the quote before formula-like text taken off, ids as
+    numbers, empty cells as null, data parsed), ready for audit.canonical() and audit.event_hash()."""
+    fields = {name: (cell_from_csv(row[name]) if row[name] != "" else None) for name in EXPORT_FIELDS}
     for name in _INT_FIELDS:
         fields[name] = None if fields[name] is None else int(fields[name])
     fields["data"] = json.loads(row["data"])
@@ -63,12 +80,13 @@ def ascending(engine: Engine, selection, batch_size: int | None = None) -> Itera
 
 
 def csv_chunks(batches: Iterator[list[tuple]]) -> Iterator[str]:
-    """The CSV export: a header (EXPORT_FIELDS), then one row per event; data is JSON, null an empty cell."""
+    """The CSV export: a header (EXPORT_FIELDS), then one row per event; data is JSON, null an empty
+    cell, formula-like text prefixed with a quote (csv_cell)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = csv.writer(buffer)  # lines end in CRLF (RFC 4180), so a cell holding a bare CR is quoted too
     writer.writerow(EXPORT_FIELDS)
     for rows in batches:
-        writer.writerows(rows)  # csv writes None as an empty cell
+        writer.writerows([csv_cell(value) for value in row] for row in rows)  # csv writes None as an empty cell
         yield buffer.getvalue()
         buffer.seek(0)
         buffer.truncate()

@@ -19,6 +19,7 @@ from webapp.audit import costs
 from webapp.audit.exports import record
 from webapp.models import AuditEvent, User
 from webapp.web.errors import Refused
+from webapp.web.ids import fits
 from webapp.web.pagination import BadCursor, Page, decode_cursor, keyset_page
 
 PAGE_SIZE = 50
@@ -28,6 +29,7 @@ TIMELINE_LIMIT = 5000
 SHORT_PERIOD = 20_000  # events in a date range below which reading it by time and sorting is cheaper
 MAX_TEXT = 200
 MAX_DASHBOARD_DAYS = 366
+EARLIEST_DAY, LATEST_DAY = date(1970, 1, 1), date(2999, 12, 31)  # the days a date filter may name
 DEFAULT_DASHBOARD_DAYS = 30
 ACTIONS = (
     "conversation_started",
@@ -132,10 +134,14 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
         if not value:
             return None
         try:
-            return date.fromisoformat(value)
+            day = date.fromisoformat(value)
         except ValueError:
             errors.append(f"{label} must be a date like 2026-11-29; “{value[:40]}” is not one.")
             return None
+        if not EARLIEST_DAY <= day <= LATEST_DAY:  # the day after 9999-12-31 has no date, for one
+            errors.append(f"{label} must be a date from {EARLIEST_DAY} to {LATEST_DAY}; “{value[:40]}” is not.")
+            return None
+        return day
 
     start, end = day("from", "“From”"), day("to", "“To”")
     if start and end and start > end:
@@ -144,7 +150,7 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
     conversation = None
     raw = (args.get("conversation") or "").strip().lstrip("#")
     if raw:
-        if raw.isascii() and raw.isdigit() and len(raw) <= 12:
+        if raw.isascii() and raw.isdigit() and len(raw) <= 12 and fits(int(raw)):
             conversation = int(raw)
         else:
             errors.append(f"The conversation is a number, like 42; “{raw[:40]}” is not one.")
@@ -207,7 +213,7 @@ def select_events(tenant_id: int, filters: Filters, session: Session) -> Selecti
     e = AuditEvent
     where, by_id = [], e.id
     actor_id = None
-    if filters.person.isascii() and filters.person.isdigit():
+    if filters.person.isascii() and filters.person.isdigit() and fits(int(filters.person)):
         actor_id = int(filters.person)
     elif filters.person:
         actor_id = session.scalar(select(User.id).where(User.tenant_id == tenant_id, User.email == filters.person))

@@ -1,32 +1,36 @@
 """Server-sent events: pages follow a conversation or their tenant's approvals live.
 
 Redis pub/sub carries small signals ("text", "changed", "approvals-changed"); the page re-fetches
-the fragment a signal concerns, so the stream itself never renders or touches the database. Every
-stream of a process shares one subscription (webapp/runtime/live_hub.py), capped per person and per
-process.
+the fragment a signal concerns, so the stream itself never renders. Every stream of a process
+shares one subscription (webapp/runtime/live_hub.py), capped per person and per process. A stream
+touches the database only to ask, every CHECK_SECONDS, whether its person is still signed in (not
+disabled, sessions not ended), and ends when they are not.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 import time
 
 import redis
-from flask import Blueprint, Response, abort
+from flask import Blueprint, Flask, Response, abort, current_app
 from flask_login import current_user
+from sqlalchemy.exc import SQLAlchemyError
 
 from webapp.conversations import actions as conversations
 from webapp.runtime.extensions import db
 from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
 from webapp.runtime.services import services
 from webapp.web.errors import Refused
-from webapp.web.security import signed_in
+from webapp.web.security import signed_in, still_signed_in
 
 bp = Blueprint("live", __name__, url_prefix="/live")
 
 STREAM_SECONDS = 300  # then the browser reconnects (EventSource does so by itself)
 KEEPALIVE_SECONDS = 5  # also how soon a closed page is noticed and its place under the caps freed
+CHECK_SECONDS = 3  # how soon a stream ends once its person is disabled or their sessions ended
 
 
 @bp.get("/tenant")
@@ -46,7 +50,7 @@ def conversation(conversation_id: int):
 
 
 def _stream(channels: list[str]) -> Response:
-    user_id = current_user.id
+    app, user_id, session_id = current_app._get_current_object(), current_user.id, current_user.get_id()
     # A stream lives for minutes: it must not hold a database session, nor SQLite's write lock while
     # it waits for Redis to confirm its subscription (every other request would wait behind it).
     db.session.remove()
@@ -61,17 +65,25 @@ def _stream(channels: list[str]) -> Response:
 
     def events():
         yield "retry: 3000\n\n"
-        deadline = time.monotonic() + STREAM_SECONDS
+        now = time.monotonic()
+        deadline, keepalive_at, check_at = now + STREAM_SECONDS, now + KEEPALIVE_SECONDS, now + CHECK_SECONDS
         try:
-            while time.monotonic() < deadline:
-                message = listener.get(timeout=KEEPALIVE_SECONDS)
-                if message is None:
-                    yield ": keepalive\n\n"
-                elif message is INTERRUPTED:
+            while now < deadline:
+                message = listener.get(timeout=max(0.0, min(keepalive_at, check_at) - now))
+                now = time.monotonic()
+                if message is INTERRUPTED:
                     yield "event: unavailable\ndata: live updates were interrupted\n\n"
                     return
-                else:
+                if message is not None:
                     yield sse_event(json.loads(message))
+                    keepalive_at = now + KEEPALIVE_SECONDS
+                elif now >= keepalive_at:
+                    yield ": keepalive\n\n"
+                    keepalive_at = now + KEEPALIVE_SECONDS
+                if now >= check_at:
+                    if not _still_signed_in(app, session_id):
+                        return  # the browser reconnects, and is sent to sign in
+                    check_at = now + CHECK_SECONDS
         finally:
             listener.close()
 
@@ -80,15 +92,39 @@ def _stream(channels: list[str]) -> Response:
     )
 
 
+def _still_signed_in(app: Flask, session_id: str) -> bool:
+    """Whether the stream's person may still read it, asked as every request asks, on a short
+    transaction of its own (the stream holds no session in between); no answer ends the stream too."""
+    with app.app_context():
+        try:
+            return still_signed_in(session_id)
+        except SQLAlchemyError:
+            return False
+        finally:
+            db.session.remove()
+
+
 def sse_event(event: dict) -> str:
     """One SSE message named by the event type. Text deltas and tool starts travel as escaped HTML for
-    htmx to put in the page; other events are signals with a JSON body."""
+    htmx to put in the page; other events are signals with a JSON body.
+
+    A reader ends a line at CRLF, LF or a lone CR, so text from the model (which may hold any of them)
+    must never start a line of its own: "\r\nevent: tool_start" would be an event. A carriage return
+    travels as the character reference &#13; (the page gets it back), and each remaining line is a
+    `data:` line of the same event (the reader joins them with LF)."""
     name = event.get("type", "message")
     if name == "text":
-        data = html.escape(event["text"])
+        data = _html(event["text"])
     elif name == "tool_start":
-        data = f"calling {html.escape(event['name'])}…"
+        data = f"calling {_html(event['name'])}…"
     else:
         data = json.dumps(event)
-    lines = "".join(f"data: {line}\n" for line in data.split("\n"))
+    lines = "".join(f"data: {line}\n" for line in _LINE_END.split(data))
     return f"event: {name}\n{lines}\n"
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")  # every line end of the SSE format
+
+
+def _html(text: str) -> str:
+    return html.escape(text).replace("\r", "&#13;")

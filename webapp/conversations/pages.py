@@ -9,6 +9,7 @@ from flask import Blueprint, abort, flash, redirect, request, url_for
 from flask_login import current_user
 from sqlalchemy import select
 
+from webapp.agent.loop import KNOWN_STOPS
 from webapp.agent.states import IDLE
 from webapp.conversations import actions as conversations
 from webapp.conversations.transcript import transcript
@@ -50,6 +51,7 @@ def _render_conversation(conversation: Conversation, status: int = 200, keep_dra
         "conversation": conversation,
         "entries": transcript(conversation),
         "status_labels": STATUS_LABELS,
+        "unknown_stop": conversation.stop_reason not in KNOWN_STOPS | {None},
         "tools": services().tools,
         "owner": db.session.get(User, conversation.user_id),
         "composer_open": conversation.status in IDLE and conversation.user_id == current_user.id,

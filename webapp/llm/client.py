@@ -43,6 +43,7 @@ class ModelReply:
 
 # Checked this often while a reply streams: cancellation and lease renewal (seconds).
 CHECK_EVERY = 0.25
+STOP_REASON_CHARS = 32  # as the rows hold it (model_calls, conversations, an audit event's outcome)
 log = logging.getLogger(__name__)
 
 
@@ -121,7 +122,7 @@ class ModelClient:
             ) from exc
         return ModelReply(
             _blocks(final.content),
-            final.stop_reason,
+            final.stop_reason[:STOP_REASON_CHARS],  # a newer, longer reason than the rows hold is cut to fit
             final.model,
             _usage(final.usage),
             request_id,

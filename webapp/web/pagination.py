@@ -19,6 +19,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, TypeDecorator, tuple_
 from sqlalchemy.orm import Session
 
+from webapp.web.ids import fits
+
 
 class BadCursor(ValueError):
     """A cursor that is not one of ours (edited by hand, or cut short when copied)."""
@@ -54,7 +56,7 @@ def decode_cursor(raw: str, keys: Sequence[ColumnElement]) -> tuple:
                     raise ValueError
                 typed.append(moment)
             elif isinstance(value, kind) and not isinstance(value, bool):
-                if isinstance(value, int) and not -(2**63) <= value < 2**63:  # no row has it; SQLite cannot compare it
+                if isinstance(value, int) and not fits(value, key):  # no row has it; the database cannot compare it
                     raise ValueError
                 typed.append(value)
             else:

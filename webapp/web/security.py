@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import wraps
+from urllib.parse import urlsplit
 
 from flask import Flask, abort, current_app, g, redirect, request, session, url_for
 from flask.sessions import SecureCookieSessionInterface
@@ -262,10 +263,15 @@ def api_roles(*roles: str):
 
 
 def safe_next(target: str | None) -> str | None:
-    """A same-site path to return to after sign-in, never another origin."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """A same-site path to return to after sign-in, never another origin: one "/" then a path, with
+    no backslash and no control character (browsers drop tabs and newlines, so "/\t/evil.test" would
+    become "//evil.test"), and no scheme or host however it is read. None for anything else."""
+    if not target or not target.isprintable() or "\\" in target:
         return None
-    return target
+    if not target.startswith("/") or target.startswith("//"):
+        return None
+    parts = urlsplit(target)
+    return None if parts.scheme or parts.netloc else target
 
 
 def user_by_email(email: str) -> User | None:
@@ -274,3 +280,9 @@ def user_by_email(email: str) -> User | None:
 
 def redirect_home():
     return redirect(url_for("home.index") if current_user.is_authenticated else url_for("auth.login"))
+
+
+def still_signed_in(session_id: str) -> bool:
+    """Whether a session (its User.get_id()) still signs its person in, by the rule every request
+    applies (the user loader): for a response that outlives its request, such as a live stream."""
+    return _load_user(session_id) is not None
