@@ -239,16 +239,20 @@ def dispose(app) -> None:
 
 def signed_in(app, email: str):
     """A test client carrying this person's session, and bearer headers with a fresh API token."""
-    from webapp.identity import create_token
+    from webapp.identity import create_token, open_session
     from webapp.models import User
     from webapp.runtime.extensions import db
+    from webapp.web.security import SESSION_KEY
 
     client = app.test_client()
     with app.app_context():
         user = db.session.scalar(select(User).where(User.email == email))
+        key = open_session(db.session, user)  # the server-side session the cookie names
         with client.session_transaction() as session:
             session["_user_id"] = user.get_id()
             session["_fresh"] = True
+            session[SESSION_KEY] = key
+            session.permanent = True
         token = create_token(db.session, user)
         db.session.commit()
         db.session.remove()
