@@ -16,11 +16,20 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from flask import request
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS
+from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
 from webapp.models import ApiToken, Conversation, ToolCall
 from webapp.tools.registry import Review
@@ -150,6 +159,79 @@ class RevokeToken(RequestBody):
     """Revoking a token takes no fields; a body, if sent, must be an empty JSON object."""
 
 
+# --- query parameters -------------------------------------------------------------------------------
+
+MAX_ID = 2**63 - 1  # ids are 64-bit; a larger number names nothing (404 in a path, 422 in a query)
+
+
+def _digits(value: object) -> object:
+    """A query parameter that is a plain decimal number, as an int; anything else as sent (and refused
+    as not a whole number): no "+5", "5.0" or "5_000"."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
+        return int(value)
+    return value
+
+
+class QueryParameters(BaseModel):
+    """A route's query parameters: closed (an unknown name is refused with 422, naming it) and typed; a
+    number is decimal digits only."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
+
+
+class TokensQuery(QueryParameters):
+    """Whose tokens to list."""
+
+    user_id: Annotated[
+        Annotated[int, Field(ge=1, le=MAX_ID)] | None,
+        BeforeValidator(_digits),
+        Field(description="Admins: list this person's tokens (a person of their tenant)."),
+        Rule("must be the number of a person of your organisation"),
+    ] = None
+
+
+def _filter_text(limit: int, description: str) -> Any:
+    return Field(max_length=limit, description=description)
+
+
+class AuditQuery(QueryParameters):
+    """The audit log's filters and page (the same filters as the audit page); a bad value is a 422
+    invalid_filter that says what to send instead."""
+
+    from_: Annotated[
+        str | None,
+        Field(alias="from", json_schema_extra={"format": "date"}, description="Events on or after this day (UTC)."),
+        Rule("must be a date like 2026-11-29"),
+    ] = None
+    to: Annotated[
+        str | None,
+        Field(json_schema_extra={"format": "date"}, description="Events on or before this day (UTC)."),
+        Rule("must be a date like 2026-11-29"),
+    ] = None
+    person: Annotated[str | None, _filter_text(254, "The actor's email, or part of it."), Rule("is text")] = None
+    action: Annotated[str | None, _filter_text(64, "The action, e.g. approval_decided."), Rule("is text")] = None
+    tool: Annotated[str | None, _filter_text(128, "The tool's name."), Rule("is text")] = None
+    outcome: Annotated[str | None, _filter_text(32, "The outcome, e.g. rejected."), Rule("is text")] = None
+    q: Annotated[str | None, _filter_text(MAX_TEXT, "Text to look for in the events."), Rule("is text")] = None
+    conversation: Annotated[
+        Annotated[int, Field(ge=0, le=999_999_999_999)] | None,
+        BeforeValidator(_digits),
+        Field(description="The conversation's number."),
+        Rule("must be a conversation's number, like 42"),
+    ] = None
+    cursor: Annotated[
+        str | None,
+        Field(description="The next_cursor of an earlier answer, unchanged; left out: the newest events."),
+        Rule("must be the next_cursor of an earlier answer"),
+    ] = None
+    limit: Annotated[
+        Annotated[int, Field(ge=1, le=API_MAX_LIMIT)] | None,
+        BeforeValidator(_digits),
+        Field(description=f"Events per page, 100 unless given (at most {API_MAX_LIMIT})."),
+        Rule(f"must be a whole number from 1 to {API_MAX_LIMIT}"),
+    ] = None
+
+
 # --- refusing a request -----------------------------------------------------------------------------
 
 
@@ -159,14 +241,23 @@ class FieldProblem(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    """Every error: a stable code for programs and a sentence for people."""
+    """Every error: a stable code for programs and a sentence for people; a request whose fields are wrong
+    (invalid_field, invalid_input) also names each bad field in `fields`."""
+
+    model_config = ConfigDict(title="Error")
 
     error: str = Field(description="A stable code, e.g. not_found, conversation_busy, already_decided.")
     message: str = Field(description="What happened and what to do, for people.")
+    fields: list[FieldProblem] = Field(
+        default_factory=list,
+        description="Each bad field of the request, with invalid_field and invalid_input only.",
+    )
 
 
 class InvalidFieldsBody(ErrorBody):
     """A request whose fields are wrong (422): every bad field, named."""
+
+    model_config = ConfigDict(title="InvalidFields")
 
     error: Literal["invalid_field"] = "invalid_field"
     fields: list[FieldProblem]
@@ -190,6 +281,26 @@ MAX_PROBLEMS = 20  # a body of a thousand unknown fields is answered with twenty
 EMPTY = frozenset({"missing", "string_too_short", "string_pattern_mismatch"})
 
 M = TypeVar("M", bound=RequestBody)
+Q = TypeVar("Q", bound=QueryParameters)
+
+
+def query(model: type[Q]) -> Q:
+    """The request's query parameters as `model`: 422 invalid_field naming every unknown or bad one. A
+    name given twice is read once, as given first."""
+    try:
+        return model.model_validate({name: request.args.get(name) for name in request.args})
+    except ValidationError as exc:
+        raise _refusal(model, exc) from None
+
+
+def known_names(model: type[QueryParameters]) -> None:
+    """Refuse query parameters `model` does not have (422 invalid_field naming them), leaving their values
+    to a check of the route's own (the audit log's filters, whose sentences the pages share). Every
+    parameter of such a model is optional, so None stands for each one given."""
+    try:
+        model.model_validate(dict.fromkeys(request.args))
+    except ValidationError as exc:
+        raise _refusal(model, exc) from None
 
 
 def body(model: type[M]) -> M:
@@ -208,14 +319,14 @@ def parse(model: type[M], data: object) -> M:
         raise _refusal(model, exc) from None
 
 
-def _refusal(model: type[RequestBody], exc: ValidationError) -> InvalidFields:
+def _refusal(model: type[BaseModel], exc: ValidationError) -> InvalidFields:
     problems: dict[str, FieldProblem] = {}
     advice: list[str] = []
     for error in exc.errors(include_url=False, include_context=False, include_input=False):
         name = str(error["loc"][0]) if error["loc"] else "(body)"
         if name in problems:
             continue  # one problem per field: its whole rule
-        field = model.model_fields.get(name)
+        field = model.model_fields.get(name) or next((f for f in model.model_fields.values() if f.alias == name), None)
         rule = next((m for m in field.metadata if isinstance(m, Rule)), None) if field else None
         if error["type"] == "extra_forbidden" or field is None:
             problem = "is not a field of this request"
@@ -504,3 +615,31 @@ class TokenView(BaseModel):
 
 class TokenList(BaseModel):
     tokens: list[TokenView]
+
+
+class AuditEventView(BaseModel):
+    """One audit event as exported: its id, every hashed field and its hash, so a client can check the chain
+    (webapp/audit_chain.py says how)."""
+
+    id: int
+    chain: str = Field(description='The tenant\'s chain, or "global".')
+    seq: int = Field(description="Its place in the chain, from 1.")
+    tenant_id: int | None
+    created_at: str = Field(json_schema_extra={"format": "date-time"}, description="ISO 8601, microseconds.")
+    action: str
+    actor_id: int | None
+    actor_label: str | None
+    conversation_id: int | None
+    tool_call_id: int | None
+    tool_name: str | None
+    outcome: str | None
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+class AuditPage(BaseModel):
+    """A page of the tenant's audit events, newest first."""
+
+    events: list[AuditEventView]
+    next_cursor: str | None = Field(description="Send it as `cursor` for the next page; null on the last page.")
