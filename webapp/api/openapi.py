@@ -3,7 +3,7 @@ pydantic models of webapp/api/schemas.py: nothing in it is written by hand.
 
 A route says what it takes and answers with `@documented(...)`: its request body model, its query
 parameters' model, its answers by status and the errors of its own (409 conversation_busy, say). The
-rest is read from the route itself: its path parameters and their bounds from the URL rule's converters,
+rest is read from the route itself: its path parameters from the URL rule (an int is an id, 1 to MAX_ID),
 401 and 403 from the roles it declares (`@api_roles`), 404 when its path names something, 400, 413 and
 422 when it reads a body, 422 when it reads query parameters. Every error has the one `Error` schema.
 `document(app)` assembles it once per process; GET /api/openapi.json serves it.
@@ -18,9 +18,9 @@ from typing import Any
 
 from flask import Flask
 from pydantic import BaseModel
-from werkzeug.routing import Rule
+from werkzeug.routing import IntegerConverter, Rule
 
-from webapp.api.schemas import ErrorBody, QueryParameters, RequestBody
+from webapp.api.schemas import MAX_ID, ErrorBody, QueryParameters, RequestBody
 from webapp.models import ROLES
 
 TITLE = "Approval desk API"
@@ -212,12 +212,8 @@ def _path_arguments(rule: Rule) -> list[str]:
 def _path_parameter(rule: Rule, name: str) -> dict[str, Any]:
     converter = rule._converters[name]  # werkzeug keeps no public map of a rule's converters
     schema: dict[str, Any] = {"type": "string"}
-    if converter.__class__.__name__ == "IntegerConverter":
-        schema = {"type": "integer"}
-        if converter.min is not None:
-            schema["minimum"] = converter.min
-        if converter.max is not None:
-            schema["maximum"] = converter.max
+    if isinstance(converter, IntegerConverter):  # an id: routes.py answers 404 outside this range
+        schema = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
     return {"name": name, "in": "path", "required": True, "schema": schema}
 
 

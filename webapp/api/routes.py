@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Blueprint, current_app, g, jsonify, request
 from pydantic import BaseModel
 from sqlalchemy import func, select
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, NotFound
 
 from webapp.accounts import actions as accounts
 from webapp.agent.states import CallStatus
@@ -48,7 +48,6 @@ from webapp.web.errors import Refused, json_error
 from webapp.web.security import api_roles, public
 
 bp = Blueprint("api", __name__, url_prefix="/api")
-ID = f"int(min=1, max={MAX_ID})"  # a path's id: another number matches no route, so it is a 404
 OTHER_AGENTS = "forbidden: the conversation is another agent's."
 
 
@@ -92,6 +91,14 @@ def _unexpected(exc: Exception):
     return json_error(500, "internal_error", "Something went wrong on our side; nothing was changed.")
 
 
+@bp.url_value_preprocessor
+def _ids_in_range(endpoint: str | None, values: dict | None) -> None:
+    """A path's id is 1 to 2^63-1 (MAX_ID, as the document says); another number names nothing: 404 (a
+    route rule's own bounds would answer 405 where a GET and a POST share the path)."""
+    if any(isinstance(value, int) and not 1 <= value <= MAX_ID for value in (values or {}).values()):
+        raise NotFound()
+
+
 def conversation_or_404(conversation_id: int) -> Conversation:
     return conversations.find(db.session, g.user, conversation_id)
 
@@ -108,7 +115,7 @@ def create_conversation():
     return answer(ConversationState.of(conversation), 201)
 
 
-@bp.post(f"/conversations/<{ID}:conversation_id>/messages")
+@bp.post("/conversations/<int:conversation_id>/messages")
 @documented(
     "Write in a conversation",
     body=PostMessage,
@@ -126,14 +133,14 @@ def post_message(conversation_id: int):
     return answer(ConversationState.of(conversation), 202)
 
 
-@bp.get(f"/conversations/<{ID}:conversation_id>")
+@bp.get("/conversations/<int:conversation_id>")
 @documented("Read a conversation", responses={200: ConversationView}, errors={403: OTHER_AGENTS})
 @api_roles(*ROLES)
 def get_conversation(conversation_id: int):
     return answer(conversation_view(conversation_or_404(conversation_id)))
 
 
-@bp.post(f"/conversations/<{ID}:conversation_id>/cancel")
+@bp.post("/conversations/<int:conversation_id>/cancel")
 @documented(
     "Stop a conversation",
     responses={202: CancelRequested},
@@ -146,7 +153,7 @@ def cancel_conversation(conversation_id: int):
     return answer(CancelRequested.of(conversation), 202)
 
 
-@bp.post(f"/conversations/<{ID}:conversation_id>/retry")
+@bp.post("/conversations/<int:conversation_id>/retry")
 @documented(
     "Retry a failed conversation",
     responses={202: ConversationState},
@@ -159,7 +166,7 @@ def retry_conversation(conversation_id: int):
     return answer(ConversationState.of(conversation), 202)
 
 
-@bp.post(f"/conversations/<{ID}:conversation_id>/budget")
+@bp.post("/conversations/<int:conversation_id>/budget")
 @documented(
     "Give a conversation more moves",
     body=ExtendBudget,
@@ -185,7 +192,7 @@ def list_approvals():
     return answer(ApprovalList(approvals=[ToolCallView.of(call) for call in calls]))
 
 
-@bp.get(f"/approvals/<{ID}:tool_call_id>")
+@bp.get("/approvals/<int:tool_call_id>")
 @documented("Read a call to decide, with the facts beside it", responses={200: ApprovalView})
 @api_roles("reviewer")
 def get_approval(tool_call_id: int):
@@ -194,7 +201,7 @@ def get_approval(tool_call_id: int):
     return answer(ApprovalView.of_call(call, approvals.review(db.session, call) if waiting else None))
 
 
-@bp.post(f"/approvals/<{ID}:tool_call_id>")
+@bp.post("/approvals/<int:tool_call_id>")
 @documented(
     "Approve, edit and approve, or reject a call",
     body=DecideApproval,
@@ -223,7 +230,7 @@ def decide_approval(tool_call_id: int):
 # --- tasks --------------------------------------------------------------------------------------
 
 
-@bp.post(f"/tool-calls/<{ID}:tool_call_id>/input")
+@bp.post("/tool-calls/<int:tool_call_id>/input")
 @documented(
     "Give a waiting task its input",
     body=GiveInput,
@@ -275,7 +282,7 @@ def list_tokens():
     return answer(TokenList(tokens=[TokenView.of(row, token_state(row)) for row in accounts.tokens(db.session, owner)]))
 
 
-@bp.delete(f"/tokens/<{ID}:token_id>")
+@bp.delete("/tokens/<int:token_id>")
 @documented("Revoke an API token", body=RevokeToken, body_required=False, responses={200: TokenView})
 @api_roles(*ROLES)
 def revoke_token(token_id: int):

@@ -194,18 +194,31 @@ def _filter_text(limit: int, description: str) -> Any:
     return Field(max_length=limit, description=description)
 
 
+def _or_empty(schema: dict[str, Any]) -> dict[str, Any]:
+    """A parameter's schema that also lets it be sent empty, meaning the same as leaving it out (as the
+    audit page's form sends a filter nobody filled in)."""
+    return {"anyOf": [schema, {"type": "string", "maxLength": 0}]}
+
+
 class AuditQuery(QueryParameters):
-    """The audit log's filters and page (the same filters as the audit page); a bad value is a 422
-    invalid_filter that says what to send instead."""
+    """The audit log's filters and page (the same filters as the audit page: a filter sent empty is no
+    filter); a bad value is a 422 invalid_filter that says what to send instead."""
 
     from_: Annotated[
         str | None,
-        Field(alias="from", json_schema_extra={"format": "date"}, description="Events on or after this day (UTC)."),
+        Field(
+            alias="from",
+            json_schema_extra=_or_empty({"type": "string", "format": "date"}),
+            description="Events on or after this day (UTC).",
+        ),
         Rule("must be a date like 2026-11-29"),
     ] = None
     to: Annotated[
         str | None,
-        Field(json_schema_extra={"format": "date"}, description="Events on or before this day (UTC)."),
+        Field(
+            json_schema_extra=_or_empty({"type": "string", "format": "date"}),
+            description="Events on or before this day (UTC).",
+        ),
         Rule("must be a date like 2026-11-29"),
     ] = None
     person: Annotated[str | None, _filter_text(254, "The actor's email, or part of it."), Rule("is text")] = None
@@ -216,7 +229,10 @@ class AuditQuery(QueryParameters):
     conversation: Annotated[
         Annotated[int, Field(ge=0, le=999_999_999_999)] | None,
         BeforeValidator(_digits),
-        Field(description="The conversation's number."),
+        Field(
+            json_schema_extra=_or_empty({"type": "integer", "minimum": 0, "maximum": 999_999_999_999}),
+            description="The conversation's number.",
+        ),
         Rule("must be a conversation's number, like 42"),
     ] = None
     cursor: Annotated[
@@ -227,7 +243,10 @@ class AuditQuery(QueryParameters):
     limit: Annotated[
         Annotated[int, Field(ge=1, le=API_MAX_LIMIT)] | None,
         BeforeValidator(_digits),
-        Field(description=f"Events per page, 100 unless given (at most {API_MAX_LIMIT})."),
+        Field(
+            json_schema_extra=_or_empty({"type": "integer", "minimum": 1, "maximum": API_MAX_LIMIT}),
+            description=f"Events per page, 100 unless given (at most {API_MAX_LIMIT}).",
+        ),
         Rule(f"must be a whole number from 1 to {API_MAX_LIMIT}"),
     ] = None
 
