@@ -119,6 +119,9 @@ class AssistantSettings(Base):
 
 
 ROLES = ("agent", "reviewer", "auditor", "admin")
+# The largest id a row can have: the tables' ids are INTEGER, 32-bit on PostgreSQL, which refuses to
+# compare a larger number with them at all; so a larger id names nothing, and is never sent to it.
+MAX_ROW_ID = 2**31 - 1
 
 
 class User(Base):

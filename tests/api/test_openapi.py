@@ -112,3 +112,18 @@ def test_query_parameters_are_closed_and_typed(api):
     mistyped = auditor.get("/api/audit?limit=7.5")
     assert mistyped.status_code == 422 and mistyped.json["error"] == "invalid_filter"
     assert "“limit” must be a whole number from 1 to 500." in mistyped.json["message"]
+
+
+def test_ids_no_row_can_have_are_not_found_on_every_database(api):
+    """Ids are INTEGER columns (32-bit on PostgreSQL, which refuses to compare a larger number with them):
+    such an id is a 404, and the audit log's conversation filter says it names no conversation."""
+    big = 2**31
+    assert api.as_(AGENT).get(f"/api/conversations/{big}").status_code == 404
+    assert api.as_("reviewer@acme.test").post(f"/api/approvals/{big}", json={"decision": "approve"}).status_code == 404
+    admin = api.as_("admin@acme.test")
+    assert admin.delete(f"/api/tokens/{big}").json["error"] == "not_found"
+    response = admin.get(f"/api/tokens?user_id={big}")
+    assert response.status_code == 404 and response.json["message"] == "There is no such user in your organisation."
+    audit = admin.get(f"/api/audit?conversation={big}")
+    assert audit.status_code == 422 and "The conversation is a number" in audit.json["message"]
+    assert admin.get(f"/api/audit?conversation={big - 1}").json == {"events": [], "next_cursor": None}

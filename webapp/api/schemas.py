@@ -31,7 +31,7 @@ from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS
 from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
-from webapp.models import ApiToken, Conversation, ToolCall
+from webapp.models import MAX_ROW_ID, ApiToken, Conversation, ToolCall
 from webapp.tools.registry import Review
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
@@ -227,10 +227,10 @@ class AuditQuery(QueryParameters):
     outcome: Annotated[str | None, _filter_text(32, "The outcome, e.g. rejected."), Rule("is text")] = None
     q: Annotated[str | None, _filter_text(MAX_TEXT, "Text to look for in the events."), Rule("is text")] = None
     conversation: Annotated[
-        Annotated[int, Field(ge=0, le=999_999_999_999)] | None,
+        Annotated[int, Field(ge=0, le=MAX_ROW_ID)] | None,
         BeforeValidator(_digits),
         Field(
-            json_schema_extra=_or_empty({"type": "integer", "minimum": 0, "maximum": 999_999_999_999}),
+            json_schema_extra=_or_empty({"type": "integer", "minimum": 0, "maximum": MAX_ROW_ID}),
             description="The conversation's number.",
         ),
         Rule("must be a conversation's number, like 42"),

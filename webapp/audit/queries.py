@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from webapp.audit import costs
 from webapp.audit.exports import record
-from webapp.models import AuditEvent, User
+from webapp.models import MAX_ROW_ID, AuditEvent, User
 from webapp.web.errors import Refused
 from webapp.web.pagination import BadCursor, Page, decode_cursor, keyset_page
 
@@ -144,7 +144,7 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
     conversation = None
     raw = (args.get("conversation") or "").strip().lstrip("#")
     if raw:
-        if raw.isascii() and raw.isdigit() and len(raw) <= 12:
+        if raw.isascii() and raw.isdigit() and len(raw) <= 10 and int(raw) <= MAX_ROW_ID:
             conversation = int(raw)
         else:
             errors.append(f"The conversation is a number, like 42; “{raw[:40]}” is not one.")
