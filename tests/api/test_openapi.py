@@ -127,3 +127,25 @@ def test_ids_no_row_can_have_are_not_found_on_every_database(api):
     audit = admin.get(f"/api/audit?conversation={big}")
     assert audit.status_code == 422 and "The conversation is a number" in audit.json["message"]
     assert admin.get(f"/api/audit?conversation={big - 1}").json == {"events": [], "next_cursor": None}
+
+
+def test_text_with_a_nul_character_is_refused_by_name_on_every_database(api, read):
+    """PostgreSQL's text and JSON cannot hold U+0000, so no text the desk keeps may: a 422 naming the field,
+    never a 500 (SQLite alone would have taken it)."""
+    from sqlalchemy import func, select
+
+    from webapp.models import Conversation
+
+    agent = api.as_(AGENT)
+    for sent in ({"message": "refund\x00 please"}, {"message": "hi", "\x00": 1}):
+        response = agent.post("/api/conversations", json=sent)
+        assert response.status_code == 422 and response.json["error"] == "invalid_field", sent
+        assert "NUL character" in response.json["message"]
+    assert read(lambda s: s.scalar(select(func.count(Conversation.id)))) == 0
+    decided = api.as_("reviewer@acme.test").post(
+        "/api/approvals/1", json={"decision": "approve", "input": {"reason": ["late\x00"]}}
+    )
+    assert decided.status_code == 422 and decided.json["fields"][0]["field"] == "input"
+    audit = api.as_("auditor@acme.test").get("/api/audit", query_string={"q": "refund\x00"})
+    assert audit.status_code == 422 and audit.json["error"] == "invalid_filter"
+    assert audit.json["message"] == "The search text cannot contain the NUL character (\\u0000)."

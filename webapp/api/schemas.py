@@ -52,9 +52,12 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+NO_NUL = r"^[^\x00]*$"  # no text the desk keeps may hold a NUL character (PostgreSQL's text cannot)
+
+
 def _text(max_chars: int) -> Any:
-    """A string with something besides whitespace in it, of at most max_chars characters."""
-    return Field(min_length=1, max_length=max_chars, pattern=r"\S")
+    """A string with something besides whitespace in it, of at most max_chars characters, without NUL."""
+    return Field(min_length=1, max_length=max_chars, pattern=r"^[^\x00]*[^\s\x00][^\x00]*$")
 
 
 MessageText = Annotated[
@@ -103,6 +106,7 @@ class DecideApproval(RequestBody):
         str | None,
         Field(
             max_length=MAX_REASON_CHARS,
+            pattern=NO_NUL,
             description="Why; required to reject (the model reads it), optional to approve.",
         ),
         Rule(f"must be a string of at most {MAX_REASON_CHARS:,} characters, or null"),
@@ -110,6 +114,7 @@ class DecideApproval(RequestBody):
     arguments_hash: Annotated[
         str | None,
         Field(
+            pattern=NO_NUL,
             description=(
                 "The `arguments_hash` of the call as the reviewer saw it; the decision is refused (409 "
                 "arguments_changed) if the arguments changed since. Omitted: the call's current arguments."
@@ -191,7 +196,7 @@ class TokensQuery(QueryParameters):
 
 
 def _filter_text(limit: int, description: str) -> Any:
-    return Field(max_length=limit, description=description)
+    return Field(max_length=limit, pattern=NO_NUL, description=description)
 
 
 def _or_empty(schema: dict[str, Any]) -> dict[str, Any]:
@@ -332,6 +337,10 @@ def body(model: type[M]) -> M:
 def parse(model: type[M], data: object) -> M:
     if not isinstance(data, dict):
         raise Refused(400, "invalid_json", "Send a JSON object with Content-Type: application/json.")
+    holding_nul = [name for name, value in data.items() if _holds_nul(name) or _holds_nul(value)]
+    if holding_nul:
+        problem = "must not contain the NUL character (\\u0000), in its text or in any name or text inside it"
+        raise InvalidFields([FieldProblem(field=name, problem=problem) for name in holding_nul[:MAX_PROBLEMS]], [])
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -360,6 +369,23 @@ def _refusal(model: type[BaseModel], exc: ValidationError) -> InvalidFields:
         problems[name] = FieldProblem(field=name, problem=problem)
     listed = list(problems.values())
     return InvalidFields(listed[:MAX_PROBLEMS], advice, unlisted=max(0, len(listed) - MAX_PROBLEMS))
+
+
+def _holds_nul(value: object) -> bool:
+    """Whether a NUL character is in this JSON value: a string, or any key or string inside it. (Walked
+    without recursion: a body's nesting is as deep as its sender likes.)"""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def _shown(name: str) -> str:
