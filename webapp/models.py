@@ -127,6 +127,9 @@ OPERATOR = "operator"
 # The operations tenant's slug: outside identity.SLUG_RE on purpose, so no tenant a person or the
 # command line makes (get_or_create_tenant) can ever be it.
 OPERATIONS_SLUG = "~operations"
+# The largest id a row can have: the tables' ids are INTEGER, 32-bit on PostgreSQL, which refuses to
+# compare a larger number with them at all; so a larger id names nothing, and is never sent to it.
+MAX_ROW_ID = 2**31 - 1
 
 
 class User(Base):

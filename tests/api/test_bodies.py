@@ -464,7 +464,8 @@ def test_the_json_schemas_document_limits_and_choices():
     decide = schemas.DecideApproval.model_json_schema()
     assert decide["required"] == ["decision"]
     assert decide["properties"]["decision"]["enum"] == ["approve", "reject"]
-    assert {"maxLength": MAX_REASON_CHARS, "type": "string"} in decide["properties"]["reason"]["anyOf"]
+    reason = {"maxLength": MAX_REASON_CHARS, "pattern": schemas.NO_NUL, "type": "string"}
+    assert reason in decide["properties"]["reason"]["anyOf"]
     budget = schemas.ExtendBudget.model_json_schema()["properties"]["moves"]
     assert (budget["minimum"], budget["maximum"], budget["default"]) == (1, 1000, 10)
     conversation = schemas.ConversationView.model_json_schema(mode="serialization")

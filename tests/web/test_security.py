@@ -54,6 +54,7 @@ EXPECTED = {
     "api.decide_approval": {"reviewer"},
     "api.list_tokens": EVERYONE,
     "api.revoke_token": EVERYONE,
+    "api.openapi_document": "public",
     "tokens.of_user": {"admin"},
     "metrics.metrics": {"admin", "operator"},  # or Prometheus with the METRICS_TOKEN (tests/ops/test_metrics.py)
     "ops.index": {

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain, identity
-from webapp.models import ApiToken, User
+from webapp.models import MAX_ROW_ID, ApiToken, User
 from webapp.web.errors import Refused
 from webapp.web.security import unlock_account
 
@@ -26,14 +26,14 @@ def may_manage(actor: User, owner: User) -> bool:
 
 def tenant_user(session: Session, actor: User, user_id: int) -> User:
     """A user whose tokens the actor may manage; 404 otherwise, so other tenants' ids reveal nothing."""
-    user = session.get(User, user_id)
+    user = session.get(User, user_id) if 1 <= user_id <= MAX_ROW_ID else None
     if user is None or not may_manage(actor, user):
         raise Refused(404, "not_found", "There is no such user in your organisation.")
     return user
 
 
 def find_token(session: Session, actor: User, token_id: int) -> ApiToken:
-    row = session.get(ApiToken, token_id)
+    row = session.get(ApiToken, token_id) if 1 <= token_id <= MAX_ROW_ID else None
     if row is None or not may_manage(actor, row.user):
         raise Refused(404, "not_found", NO_SUCH_TOKEN)
     return row

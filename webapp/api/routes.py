@@ -6,14 +6,18 @@ from __future__ import annotations
 from flask import Blueprint, current_app, g, jsonify, request
 from pydantic import BaseModel
 from sqlalchemy import func, select
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, NotFound
 
 from webapp.accounts import actions as accounts
 from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
+from webapp.api.openapi import document, documented
 from webapp.api.schemas import (
+    MAX_ID,
     ApprovalList,
     ApprovalView,
+    AuditPage,
+    AuditQuery,
     BudgetExtended,
     CancelRequested,
     ConversationState,
@@ -26,21 +30,25 @@ from webapp.api.schemas import (
     RevokeToken,
     StartConversation,
     TokenList,
+    TokensQuery,
     TokenView,
     ToolCallView,
     Usage,
     body,
+    known_names,
+    query,
 )
 from webapp.approvals import actions as approvals
 from webapp.audit import queries as audit_queries
 from webapp.conversations import actions as conversations
 from webapp.identity import token_state
-from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
+from webapp.models import MAX_ROW_ID, ROLES, Conversation, Message, ModelCall, ToolCall
 from webapp.runtime.extensions import db
 from webapp.web.errors import Refused, json_error
-from webapp.web.security import api_roles
+from webapp.web.security import api_roles, public
 
 bp = Blueprint("api", __name__, url_prefix="/api")
+OTHER_AGENTS = "forbidden: the conversation is another agent's."
 
 
 def answer(view: BaseModel, status: int = 200):
@@ -83,6 +91,15 @@ def _unexpected(exc: Exception):
     return json_error(500, "internal_error", "Something went wrong on our side; nothing was changed.")
 
 
+@bp.url_value_preprocessor
+def _ids_in_range(endpoint: str | None, values: dict | None) -> None:
+    """A path's id is 1 to 2^63-1 (MAX_ID, as the document says); another number names nothing: 404 (a
+    route rule's own bounds would answer 405 where a GET and a POST share the path). No row has an id
+    above MAX_ROW_ID, so such an id is a 404 without a query (PostgreSQL would refuse the query)."""
+    if any(isinstance(value, int) and not 1 <= value <= min(MAX_ID, MAX_ROW_ID) for value in (values or {}).values()):
+        raise NotFound()
+
+
 def conversation_or_404(conversation_id: int) -> Conversation:
     return conversations.find(db.session, g.user, conversation_id)
 
@@ -91,6 +108,7 @@ def conversation_or_404(conversation_id: int) -> Conversation:
 
 
 @bp.post("/conversations")
+@documented("Start a conversation", body=StartConversation, responses={201: ConversationState})
 @api_roles("agent")
 def create_conversation():
     sent = body(StartConversation)
@@ -99,6 +117,15 @@ def create_conversation():
 
 
 @bp.post("/conversations/<int:conversation_id>/messages")
+@documented(
+    "Write in a conversation",
+    body=PostMessage,
+    responses={202: ConversationState},
+    errors={
+        403: "forbidden: only the agent who started the conversation writes in it.",
+        409: "conversation_busy: the assistant is working or a call waits for a decision.",
+    },
+)
 @api_roles("agent")
 def post_message(conversation_id: int):
     sent = body(PostMessage)
@@ -108,12 +135,18 @@ def post_message(conversation_id: int):
 
 
 @bp.get("/conversations/<int:conversation_id>")
+@documented("Read a conversation", responses={200: ConversationView}, errors={403: OTHER_AGENTS})
 @api_roles(*ROLES)
 def get_conversation(conversation_id: int):
     return answer(conversation_view(conversation_or_404(conversation_id)))
 
 
 @bp.post("/conversations/<int:conversation_id>/cancel")
+@documented(
+    "Stop a conversation",
+    responses={202: CancelRequested},
+    errors={403: OTHER_AGENTS, 409: "not_running: the conversation has stopped already."},
+)
 @api_roles("agent", "reviewer", "admin")
 def cancel_conversation(conversation_id: int):
     conversation = conversation_or_404(conversation_id)
@@ -122,6 +155,11 @@ def cancel_conversation(conversation_id: int):
 
 
 @bp.post("/conversations/<int:conversation_id>/retry")
+@documented(
+    "Retry a failed conversation",
+    responses={202: ConversationState},
+    errors={403: OTHER_AGENTS, 409: "not_failed: only a failed conversation is retried."},
+)
 @api_roles("agent", "reviewer", "admin")
 def retry_conversation(conversation_id: int):
     conversation = conversation_or_404(conversation_id)
@@ -130,6 +168,12 @@ def retry_conversation(conversation_id: int):
 
 
 @bp.post("/conversations/<int:conversation_id>/budget")
+@documented(
+    "Give a conversation more moves",
+    body=ExtendBudget,
+    responses={202: BudgetExtended},
+    errors={409: "not_exhausted: the conversation is not out of budget."},
+)
 @api_roles("reviewer", "admin")
 def extend_budget(conversation_id: int):
     sent = body(ExtendBudget)
@@ -142,6 +186,7 @@ def extend_budget(conversation_id: int):
 
 
 @bp.get("/approvals")
+@documented("List the calls waiting for a decision", responses={200: ApprovalList})
 @api_roles("reviewer")
 def list_approvals():
     calls = db.session.scalars(approvals.pending(g.user).limit(200))
@@ -149,6 +194,7 @@ def list_approvals():
 
 
 @bp.get("/approvals/<int:tool_call_id>")
+@documented("Read a call to decide, with the facts beside it", responses={200: ApprovalView})
 @api_roles("reviewer")
 def get_approval(tool_call_id: int):
     call = approvals.find_call(db.session, g.user, tool_call_id)
@@ -157,6 +203,16 @@ def get_approval(tool_call_id: int):
 
 
 @bp.post("/approvals/<int:tool_call_id>")
+@documented(
+    "Approve, edit and approve, or reject a call",
+    body=DecideApproval,
+    responses={200: ToolCallView},
+    errors={
+        403: "not_allowed: the reviewer asked for the call themself (four eyes).",
+        409: "already_decided or arguments_changed (the message says by whom and when, or what changed).",
+        422: "reason_required: a rejection needs a reason; invalid_input: `input` the tool would refuse.",
+    },
+)
 @api_roles("reviewer")
 def decide_approval(tool_call_id: int):
     sent = body(DecideApproval)
@@ -176,6 +232,15 @@ def decide_approval(tool_call_id: int):
 
 
 @bp.post("/tool-calls/<int:tool_call_id>/input")
+@documented(
+    "Give a waiting task its input",
+    body=GiveInput,
+    responses={202: ToolCallView},
+    errors={
+        403: OTHER_AGENTS,
+        409: "not_waiting_for_input: the task does not wait for input, or still checks the last one.",
+    },
+)
 @api_roles("agent", "reviewer", "admin")
 def give_input(tool_call_id: int):
     sent = body(GiveInput)
@@ -187,26 +252,39 @@ def give_input(tool_call_id: int):
 
 
 @bp.get("/audit")
+@documented(
+    "Read the audit log",
+    query=AuditQuery,
+    responses={200: AuditPage},
+    errors={422: "invalid_filter: a filter or cursor that names nothing; the message says what to send."},
+)
 @api_roles("auditor", "admin")
 def audit_events():
-    return jsonify(audit_queries.api_page(db.session, g.user, request.args))
+    """The tenant's audit events, newest first, a page at a time."""
+    known_names(AuditQuery)  # the values' rules are the audit page's (422 invalid_filter)
+    return answer(AuditPage.model_validate(audit_queries.api_page(db.session, g.user, request.args)))
 
 
 # --- API tokens ---------------------------------------------------------------------------------
 
 
 @bp.get("/tokens")
+@documented(
+    "List API tokens",
+    query=TokensQuery,
+    responses={200: TokenList},
+    errors={404: "not_found: `user_id` names nobody whose tokens you manage."},
+)
 @api_roles(*ROLES)
 def list_tokens():
     """The caller's own tokens; an admin may ask for a person of their tenant's with ?user_id=."""
-    user_id = request.args.get("user_id", "").strip()
-    if user_id and not user_id.isdigit():
-        raise Refused(422, "invalid_field", '"user_id" must be the number of a person of your organisation.')
-    owner = accounts.tenant_user(db.session, g.user, int(user_id)) if user_id else g.user
+    user_id = query(TokensQuery).user_id
+    owner = accounts.tenant_user(db.session, g.user, user_id) if user_id is not None else g.user
     return answer(TokenList(tokens=[TokenView.of(row, token_state(row)) for row in accounts.tokens(db.session, owner)]))
 
 
 @bp.delete("/tokens/<int:token_id>")
+@documented("Revoke an API token", body=RevokeToken, body_required=False, responses={200: TokenView})
 @api_roles(*ROLES)
 def revoke_token(token_id: int):
     """Revoke one of the caller's tokens (admins: of their tenant's people) for good; revoking one that is
@@ -215,6 +293,17 @@ def revoke_token(token_id: int):
         body(RevokeToken)
     row, _ = accounts.revoke(db.session, g.user, token_id)
     return answer(TokenView.of(row, token_state(row)))
+
+
+# --- this API's own description -------------------------------------------------------------------
+
+
+@bp.get("/openapi.json")
+@documented("This document", responses={200: None})
+@public
+def openapi_document():
+    """The OpenAPI 3.1 document of this API, built from the routes and their models."""
+    return jsonify(document(current_app))
 
 
 # --- shapes -------------------------------------------------------------------------------------

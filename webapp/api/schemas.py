@@ -16,13 +16,22 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from flask import request
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS
+from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
-from webapp.models import ApiToken, Conversation, ToolCall
+from webapp.models import MAX_ROW_ID, ApiToken, Conversation, ToolCall
 from webapp.tools.registry import Review
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
@@ -43,9 +52,12 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+NO_NUL = r"^[^\x00]*$"  # no text the desk keeps may hold a NUL character (PostgreSQL's text cannot)
+
+
 def _text(max_chars: int) -> Any:
-    """A string with something besides whitespace in it, of at most max_chars characters."""
-    return Field(min_length=1, max_length=max_chars, pattern=r"\S")
+    """A string with something besides whitespace in it, of at most max_chars characters, without NUL."""
+    return Field(min_length=1, max_length=max_chars, pattern=r"^[^\x00]*[^\s\x00][^\x00]*$")
 
 
 MessageText = Annotated[
@@ -94,6 +106,7 @@ class DecideApproval(RequestBody):
         str | None,
         Field(
             max_length=MAX_REASON_CHARS,
+            pattern=NO_NUL,
             description="Why; required to reject (the model reads it), optional to approve.",
         ),
         Rule(f"must be a string of at most {MAX_REASON_CHARS:,} characters, or null"),
@@ -101,6 +114,7 @@ class DecideApproval(RequestBody):
     arguments_hash: Annotated[
         str | None,
         Field(
+            pattern=NO_NUL,
             description=(
                 "The `arguments_hash` of the call as the reviewer saw it; the decision is refused (409 "
                 "arguments_changed) if the arguments changed since. Omitted: the call's current arguments."
@@ -150,6 +164,98 @@ class RevokeToken(RequestBody):
     """Revoking a token takes no fields; a body, if sent, must be an empty JSON object."""
 
 
+# --- query parameters -------------------------------------------------------------------------------
+
+MAX_ID = 2**63 - 1  # ids are 64-bit; a larger number names nothing (404 in a path, 422 in a query)
+
+
+def _digits(value: object) -> object:
+    """A query parameter that is a plain decimal number, as an int; anything else as sent (and refused
+    as not a whole number): no "+5", "5.0" or "5_000"."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
+        return int(value)
+    return value
+
+
+class QueryParameters(BaseModel):
+    """A route's query parameters: closed (an unknown name is refused with 422, naming it) and typed; a
+    number is decimal digits only."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
+
+
+class TokensQuery(QueryParameters):
+    """Whose tokens to list."""
+
+    user_id: Annotated[
+        Annotated[int, Field(ge=1, le=MAX_ID)] | None,
+        BeforeValidator(_digits),
+        Field(description="Admins: list this person's tokens (a person of their tenant)."),
+        Rule("must be the number of a person of your organisation"),
+    ] = None
+
+
+def _filter_text(limit: int, description: str) -> Any:
+    return Field(max_length=limit, pattern=NO_NUL, description=description)
+
+
+def _or_empty(schema: dict[str, Any]) -> dict[str, Any]:
+    """A parameter's schema that also lets it be sent empty, meaning the same as leaving it out (as the
+    audit page's form sends a filter nobody filled in)."""
+    return {"anyOf": [schema, {"type": "string", "maxLength": 0}]}
+
+
+class AuditQuery(QueryParameters):
+    """The audit log's filters and page (the same filters as the audit page: a filter sent empty is no
+    filter); a bad value is a 422 invalid_filter that says what to send instead."""
+
+    from_: Annotated[
+        str | None,
+        Field(
+            alias="from",
+            json_schema_extra=_or_empty({"type": "string", "format": "date"}),
+            description="Events on or after this day (UTC).",
+        ),
+        Rule("must be a date like 2026-11-29"),
+    ] = None
+    to: Annotated[
+        str | None,
+        Field(
+            json_schema_extra=_or_empty({"type": "string", "format": "date"}),
+            description="Events on or before this day (UTC).",
+        ),
+        Rule("must be a date like 2026-11-29"),
+    ] = None
+    person: Annotated[str | None, _filter_text(254, "The actor's email, or part of it."), Rule("is text")] = None
+    action: Annotated[str | None, _filter_text(64, "The action, e.g. approval_decided."), Rule("is text")] = None
+    tool: Annotated[str | None, _filter_text(128, "The tool's name."), Rule("is text")] = None
+    outcome: Annotated[str | None, _filter_text(32, "The outcome, e.g. rejected."), Rule("is text")] = None
+    q: Annotated[str | None, _filter_text(MAX_TEXT, "Text to look for in the events."), Rule("is text")] = None
+    conversation: Annotated[
+        Annotated[int, Field(ge=0, le=MAX_ROW_ID)] | None,
+        BeforeValidator(_digits),
+        Field(
+            json_schema_extra=_or_empty({"type": "integer", "minimum": 0, "maximum": MAX_ROW_ID}),
+            description="The conversation's number.",
+        ),
+        Rule("must be a conversation's number, like 42"),
+    ] = None
+    cursor: Annotated[
+        str | None,
+        Field(description="The next_cursor of an earlier answer, unchanged; left out: the newest events."),
+        Rule("must be the next_cursor of an earlier answer"),
+    ] = None
+    limit: Annotated[
+        Annotated[int, Field(ge=1, le=API_MAX_LIMIT)] | None,
+        BeforeValidator(_digits),
+        Field(
+            json_schema_extra=_or_empty({"type": "integer", "minimum": 1, "maximum": API_MAX_LIMIT}),
+            description=f"Events per page, 100 unless given (at most {API_MAX_LIMIT}).",
+        ),
+        Rule(f"must be a whole number from 1 to {API_MAX_LIMIT}"),
+    ] = None
+
+
 # --- refusing a request -----------------------------------------------------------------------------
 
 
@@ -159,14 +265,23 @@ class FieldProblem(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    """Every error: a stable code for programs and a sentence for people."""
+    """Every error: a stable code for programs and a sentence for people; a request whose fields are wrong
+    (invalid_field, invalid_input) also names each bad field in `fields`."""
+
+    model_config = ConfigDict(title="Error")
 
     error: str = Field(description="A stable code, e.g. not_found, conversation_busy, already_decided.")
     message: str = Field(description="What happened and what to do, for people.")
+    fields: list[FieldProblem] = Field(
+        default_factory=list,
+        description="Each bad field of the request, with invalid_field and invalid_input only.",
+    )
 
 
 class InvalidFieldsBody(ErrorBody):
     """A request whose fields are wrong (422): every bad field, named."""
+
+    model_config = ConfigDict(title="InvalidFields")
 
     error: Literal["invalid_field"] = "invalid_field"
     fields: list[FieldProblem]
@@ -190,6 +305,26 @@ MAX_PROBLEMS = 20  # a body of a thousand unknown fields is answered with twenty
 EMPTY = frozenset({"missing", "string_too_short", "string_pattern_mismatch"})
 
 M = TypeVar("M", bound=RequestBody)
+Q = TypeVar("Q", bound=QueryParameters)
+
+
+def query(model: type[Q]) -> Q:
+    """The request's query parameters as `model`: 422 invalid_field naming every unknown or bad one. A
+    name given twice is read once, as given first."""
+    try:
+        return model.model_validate({name: request.args.get(name) for name in request.args})
+    except ValidationError as exc:
+        raise _refusal(model, exc) from None
+
+
+def known_names(model: type[QueryParameters]) -> None:
+    """Refuse query parameters `model` does not have (422 invalid_field naming them), leaving their values
+    to a check of the route's own (the audit log's filters, whose sentences the pages share). Every
+    parameter of such a model is optional, so None stands for each one given."""
+    try:
+        model.model_validate(dict.fromkeys(request.args))
+    except ValidationError as exc:
+        raise _refusal(model, exc) from None
 
 
 def body(model: type[M]) -> M:
@@ -206,20 +341,24 @@ def body(model: type[M]) -> M:
 def parse(model: type[M], data: object) -> M:
     if not isinstance(data, dict):
         raise Refused(400, "invalid_json", "Send a JSON object with Content-Type: application/json.")
+    holding_nul = [name for name, value in data.items() if _holds_nul(name) or _holds_nul(value)]
+    if holding_nul:
+        problem = "must not contain the NUL character (\\u0000), in its text or in any name or text inside it"
+        raise InvalidFields([FieldProblem(field=name, problem=problem) for name in holding_nul[:MAX_PROBLEMS]], [])
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise _refusal(model, exc) from None
 
 
-def _refusal(model: type[RequestBody], exc: ValidationError) -> InvalidFields:
+def _refusal(model: type[BaseModel], exc: ValidationError) -> InvalidFields:
     problems: dict[str, FieldProblem] = {}
     advice: list[str] = []
     for error in exc.errors(include_url=False, include_context=False, include_input=False):
         name = str(error["loc"][0]) if error["loc"] else "(body)"
         if name in problems:
             continue  # one problem per field: its whole rule
-        field = model.model_fields.get(name)
+        field = model.model_fields.get(name) or next((f for f in model.model_fields.values() if f.alias == name), None)
         rule = next((m for m in field.metadata if isinstance(m, Rule)), None) if field else None
         if error["type"] == "extra_forbidden" or field is None:
             problem = "is not a field of this request"
@@ -236,6 +375,23 @@ def _refusal(model: type[RequestBody], exc: ValidationError) -> InvalidFields:
         problems[name] = FieldProblem(field=name, problem=problem)
     listed = list(problems.values())
     return InvalidFields(listed[:MAX_PROBLEMS], advice, unlisted=max(0, len(listed) - MAX_PROBLEMS))
+
+
+def _holds_nul(value: object) -> bool:
+    """Whether a NUL character is in this JSON value: a string, or any key or string inside it. (Walked
+    without recursion: a body's nesting is as deep as its sender likes.)"""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def _shown(name: str) -> str:
@@ -510,3 +666,31 @@ class TokenView(BaseModel):
 
 class TokenList(BaseModel):
     tokens: list[TokenView]
+
+
+class AuditEventView(BaseModel):
+    """One audit event as exported: its id, every hashed field and its hash, so a client can check the chain
+    (webapp/audit_chain.py says how)."""
+
+    id: int
+    chain: str = Field(description='The tenant\'s chain, or "global".')
+    seq: int = Field(description="Its place in the chain, from 1.")
+    tenant_id: int | None
+    created_at: str = Field(json_schema_extra={"format": "date-time"}, description="ISO 8601, microseconds.")
+    action: str
+    actor_id: int | None
+    actor_label: str | None
+    conversation_id: int | None
+    tool_call_id: int | None
+    tool_name: str | None
+    outcome: str | None
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+class AuditPage(BaseModel):
+    """A page of the tenant's audit events, newest first."""
+
+    events: list[AuditEventView]
+    next_cursor: str | None = Field(description="Send it as `cursor` for the next page; null on the last page.")

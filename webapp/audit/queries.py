@@ -127,6 +127,9 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
         if len(value) > limit:
             errors.append(f"{label} is at most {limit} characters; yours has {len(value)}.")
             return ""
+        if "\x00" in value:  # no text the desk stores has one (PostgreSQL's text cannot)
+            errors.append(f"{label} cannot contain the NUL character (\\u0000).")
+            return ""
         return value
 
     def day(name: str, label: str) -> date | None:

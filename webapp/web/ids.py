@@ -9,7 +9,8 @@ from sqlalchemy import BigInteger, ColumnElement
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import IntegerConverter
 
-MAX_ID = 2**31 - 1  # INTEGER
+from webapp.models import MAX_ROW_ID as MAX_ID  # INTEGER
+
 MAX_BIG_ID = 2**63 - 1  # BIGINT
 
 
