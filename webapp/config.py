@@ -273,6 +273,8 @@ class Config(_LogSettings):
         None, validation_alias="METRICS_TOKEN", repr=False
     )
     # the ops page lists conversations waiting on a person longer than this
+    # how long opening a call to decide keeps it "being reviewed" by that person for everyone else
+    claim_minutes: float = _number_of("minutes", "CLAIM_MINUTES", 5.0, minimum=0.5)
     stale_approval_hours: float = _number_of("hours", "STALE_APPROVAL_HOURS", 4.0, minimum=0.01)
     export_dir: Path = Field(validation_alias="EXPORT_DIR")  # where the export tool writes; default: instance/exports
     # the Ed25519 key that signs audit checkpoints; default: instance/audit_anchor_key.pem

@@ -296,6 +296,9 @@ class ToolCall(Base):
     decided_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     decision_reason: Mapped[str | None] = mapped_column(Text)
+    # who is reviewing it now, while it waits, and until when (a claim others see and may take over)
+    claimed_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     duration_ms: Mapped[float | None] = mapped_column()
@@ -307,6 +310,7 @@ class ToolCall(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     decided_by: Mapped[User | None] = relationship(foreign_keys=[decided_by_id])
+    claimed_by: Mapped[User | None] = relationship(foreign_keys=[claimed_by_id])
 
     __table_args__ = (
         UniqueConstraint("conversation_id", "tool_use_id", name="uq_tool_calls_conversation_tool_use_id"),

@@ -39,6 +39,8 @@ CONVERSATION_KEYS = {
     "updated_at",
 }
 CALL_KEYS = {
+    "claimed_by",
+    "claimed_until",
     "id",
     "conversation_id",
     "tool_use_id",
@@ -397,6 +399,8 @@ def test_a_tool_call_is_shown_exactly_as_before(api, model):
         "decided_by": REVIEWER,
         "decided_at": call.decided_at.isoformat(),
         "decision_reason": "no",
+        "claimed_by": None,  # a decided call is nobody's to review
+        "claimed_until": None,
         "task": None,
         "created_at": call.created_at.isoformat(),
     }

@@ -52,6 +52,8 @@ EXPECTED = {
     "api.list_approvals": {"reviewer"},
     "api.get_approval": {"reviewer"},
     "api.decide_approval": {"reviewer"},
+    "api.claim_approval": {"reviewer"},
+    "api.release_approval": {"reviewer"},
     "api.list_tokens": EVERYONE,
     "api.revoke_token": EVERYONE,
     "api.openapi_document": "public",

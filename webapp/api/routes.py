@@ -20,6 +20,7 @@ from webapp.api.schemas import (
     AuditQuery,
     BudgetExtended,
     CancelRequested,
+    ClaimApproval,
     ConversationState,
     ConversationView,
     DecideApproval,
@@ -226,6 +227,33 @@ def decide_approval(tool_call_id: int):
         edited_input=sent.edited(),
     )
     return answer(ToolCallView.of(call))
+
+
+@bp.post("/approvals/<int:tool_call_id>/claim")
+@documented(
+    "Hold a waiting call while you review it (again: the time starts over)",
+    body=ClaimApproval,
+    responses={200: ToolCallView},
+    errors={
+        403: "not_allowed: the call comes from the reviewer's own conversation.",
+        409: "claimed: another reviewer holds it (the message names them; send take_over); not_waiting.",
+    },
+)
+@api_roles("reviewer")
+def claim_approval(tool_call_id: int):
+    sent = body(ClaimApproval)
+    return answer(ToolCallView.of(approvals.claim(db.session, g.user, tool_call_id, take_over=sent.take_over)))
+
+
+@bp.delete("/approvals/<int:tool_call_id>/claim")
+@documented(
+    "Give up your claim on a call",
+    responses={200: ToolCallView},
+    errors={409: "claimed: another reviewer holds it (the message names them)."},
+)
+@api_roles("reviewer")
+def release_approval(tool_call_id: int):
+    return answer(ToolCallView.of(approvals.release(db.session, g.user, tool_call_id)))
 
 
 # --- tasks --------------------------------------------------------------------------------------

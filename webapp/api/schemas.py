@@ -28,7 +28,7 @@ from pydantic import (
 
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus, ConversationStatus
-from webapp.approvals.actions import MAX_REASON_CHARS
+from webapp.approvals.actions import MAX_REASON_CHARS, holder
 from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
 from webapp.models import MAX_ROW_ID, ApiToken, Conversation, ToolCall
@@ -92,6 +92,16 @@ class ExtendBudget(RequestBody):
         ),
         Rule("must be a whole number from 1 to 1000"),
     ] = 10
+
+
+class ClaimApproval(RequestBody):
+    """Hold a waiting call while you review it; others see who (`claimed_by`) until it runs out."""
+
+    take_over: Annotated[
+        bool,
+        Field(description="Take the call over from the reviewer who holds it (otherwise that is a 409)."),
+        Rule("must be true or false"),
+    ] = False
 
 
 class DecideApproval(RequestBody):
@@ -474,6 +484,10 @@ class ToolCallView(BaseModel):
     decided_by: str | None = Field(description="The email of the reviewer who settled the decision.")
     decided_at: Timestamp | None
     decision_reason: str | None
+    claimed_by: str | None = Field(
+        description="The email of the reviewer reviewing the call now (a claim, see POST .../claim), while it lasts."
+    )
+    claimed_until: Timestamp | None = Field(description="When that claim runs out.")
     task: TaskView | None = Field(description="The call's task, when its tool answered with one.")
     created_at: Timestamp
 
@@ -493,6 +507,8 @@ class ToolCallView(BaseModel):
             decided_by=call.decided_by.email if call.decided_by else None,
             decided_at=call.decided_at,
             decision_reason=call.decision_reason,
+            claimed_by=held.email if (held := holder(call)) else None,
+            claimed_until=call.claimed_until if held else None,
             task=TaskView.of(call),
             created_at=call.created_at,
         )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from webapp.agent import decisions
@@ -82,6 +84,61 @@ def edit_problems(session: Session, call: ToolCall, edited: dict) -> dict[str | 
     return {concern.field: concern.message for concern in concerns}
 
 
+def holder(call: ToolCall, now: datetime | None = None) -> User | None:
+    """Who is reviewing the call now (their claim has not run out), if anyone."""
+    if call.claimed_by_id is None or call.claimed_until is None or call.claimed_until <= (now or utcnow()):
+        return None
+    return call.claimed_by
+
+
+def claim(session: Session, reviewer: User, tool_call_id: int, take_over: bool = False) -> ToolCall:
+    """Hold a waiting call for CLAIM_MINUTES, so other reviewers see who is on it; again by its
+    holder, the time starts over. Someone else's claim is refused in words unless `take_over`.
+    Commits, and tells the pages showing the tenant's approvals."""
+    call = find_call(session, reviewer, tool_call_id)
+    if call.status != CallStatus.AWAITING_APPROVAL:
+        raise Refused(409, "not_waiting", f"This call no longer waits for a decision (it is {call.status}).")
+    if session.get(Conversation, call.conversation_id).user_id == reviewer.id:
+        raise Refused(403, "not_allowed", "This call comes from your own conversation; another reviewer must take it.")
+    now = utcnow()
+    free = or_(ToolCall.claimed_until.is_(None), ToolCall.claimed_until <= now, ToolCall.claimed_by_id == reviewer.id)
+    taken = session.execute(
+        update(ToolCall)
+        .where(ToolCall.id == call.id, ToolCall.status == CallStatus.AWAITING_APPROVAL, *(() if take_over else (free,)))
+        .values(claimed_by_id=reviewer.id, claimed_until=now + timedelta(minutes=services().config.claim_minutes))
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    session.refresh(call)
+    if not taken:
+        session.rollback()
+        raise _held_by_another(call) if holder(call) else Refused(409, "not_waiting", "This call no longer waits.")
+    session.commit()
+    services().dispatcher.changed(call.tenant_id)
+    return call
+
+
+def release(session: Session, reviewer: User, tool_call_id: int) -> ToolCall:
+    """Give up one's claim on a call (nothing to do when there is none); someone else's is refused."""
+    call = find_call(session, reviewer, tool_call_id)
+    held = holder(call)
+    if held is not None and held.id != reviewer.id:
+        raise _held_by_another(call)
+    if call.claimed_by_id == reviewer.id:
+        call.claimed_by_id = call.claimed_until = None
+        session.commit()
+        services().dispatcher.changed(call.tenant_id)
+    return call
+
+
+def _held_by_another(call: ToolCall) -> Refused:
+    return Refused(
+        409,
+        "claimed",
+        f"Being reviewed by {decisions.who(call.claimed_by)} until {call.claimed_until:%H:%M} UTC; "
+        "take it over to review it yourself.",
+    )
+
+
 def _expire(session: Session, call: ToolCall) -> None:
     version = decisions.expire(session, call, utcnow())
     session.commit()
@@ -136,6 +193,8 @@ def decide(
         if exc.code == "expired":  # settle it now rather than leave it to the sweeper
             _expire(session, call)
         raise Refused(DECISION_STATUS.get(exc.code, 409), exc.code, exc.message) from None
+    if call.claimed_by_id == reviewer.id:  # decided: the claim has done its work
+        call.claimed_by_id = call.claimed_until = None
     conversations.commit_change(
         session,
         "approval_decided",

@@ -153,9 +153,16 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
         "decided_by": who(call.decided_by) if call.decided_by else None,
         "mine": any(d.reviewer_id == current_user.id for d in decisions),
         "own_conversation": db.session.get(Conversation, call.conversation_id).user_id == current_user.id,
+        "claimed_by": _someone_else(call),
         "now": utcnow(),
         **neighbours,
     }
+
+
+def _someone_else(call: ToolCall) -> str | None:
+    """Who else is reviewing the call now, in words (None: nobody, or this person)."""
+    held = approvals.holder(call)
+    return who(held) if held is not None and held.id != current_user.id else None
 
 
 def _confirm_approve(call: ToolCall) -> str | None:
@@ -193,6 +200,7 @@ def _neighbours(call: ToolCall) -> dict:
 def show(tool_call_id: int):
     call = _call(tool_call_id)
     if call.status == CallStatus.AWAITING_APPROVAL:
+        _claim_if_free(call)
         audit_chain.record(
             db.session,
             "approval_viewed",
@@ -204,6 +212,27 @@ def show(tool_call_id: int):
         )
         db.session.commit()
     return _show(call)
+
+
+def _claim_if_free(call: ToolCall) -> None:
+    """Opening a waiting call holds it for this reviewer, unless someone else is on it (the page then
+    says who) or it is theirs to watch, not decide (their own conversation)."""
+    try:
+        approvals.claim(db.session, current_user, call.id)
+    except Refused:
+        db.session.rollback()
+
+
+@bp.post("/<int:tool_call_id>/claim")
+@roles_required("reviewer")
+def take_over(tool_call_id: int):
+    """Take the call over from whoever is reviewing it (the page's button)."""
+    try:
+        call = approvals.claim(db.session, current_user, tool_call_id, take_over=True)
+    except Refused as exc:
+        return _refused(tool_call_id, exc)
+    flash(f"You are reviewing this call now, until {call.claimed_until:%H:%M} UTC.", "info")
+    return htmx.go_to(url_for("approvals.show", tool_call_id=tool_call_id))
 
 
 def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None) -> str:

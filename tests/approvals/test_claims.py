@@ -1,0 +1,71 @@
+"""Claims: opening a waiting call holds it for its reviewer a few minutes; the others see who, in the
+inbox and on the page, and can take it over; the API claims, takes over and releases."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from html import unescape
+
+from sqlalchemy import update
+
+from tests.approvals.test_decision_page import section, words
+from tests.approvals.test_inbox import refund, waiting_calls
+from tests.clients import CSRF, session_as
+from webapp.models import ToolCall, utcnow
+from webapp.runtime.extensions import db
+
+FIRST, SECOND = "reviewer@acme.test", "reviewer2@acme.test"
+
+
+def page(client, url: str) -> str:
+    return words(unescape(client.get(url).get_data(as_text=True)))
+
+
+def test_opening_a_call_holds_it_and_the_others_see_who_and_can_take_it_over(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 9000))
+    first, second = session_as(app, FIRST), session_as(app, SECOND)
+    url = f"/approvals/{call.id}"
+    assert "Being reviewed by" not in page(first, url)  # opened first: it is theirs now
+    theirs = page(second, url)
+    assert "Being reviewed by Acme Corp reviewer (reviewer@acme.test) until" in theirs and "Take it over" in theirs
+    assert "Being reviewed by Acme Corp reviewer" in page(second, "/approvals")  # the inbox says so too
+    assert "Being reviewed by" not in page(first, "/approvals")  # not to the holder
+
+    banner = section(second.get(url).get_data(as_text=True), "call-claimed")
+    taken = second.post(f"{url}/claim", data={"csrf_token": CSRF.search(banner).group(1)})
+    assert taken.status_code in (302, 303)
+    assert "You are reviewing this call now" in page(second, url)
+    assert "Being reviewed by Acme Corp reviewer2 (reviewer2@acme.test)" in page(first, url)
+
+    decided = api.as_(SECOND).post(f"/api/approvals/{call.id}", json={"decision": "reject", "reason": "duplicate"})
+    assert decided.status_code == 200 and decided.json["claimed_by"] is None  # a decision ends the claim
+
+
+def test_the_api_claims_refuses_another_holder_in_words_takes_over_and_releases(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 9000))
+    first, second = api.as_(FIRST), api.as_(SECOND)
+    url = f"/api/approvals/{call.id}/claim"
+    held = first.post(url, json={})
+    assert held.status_code == 200 and held.json["claimed_by"] == FIRST and held.json["claimed_until"]
+    listed = second.get("/api/approvals").json["approvals"]
+    assert [item["claimed_by"] for item in listed if item["id"] == call.id] == [FIRST]
+
+    refused = second.post(url, json={})
+    assert refused.status_code == 409 and refused.json["error"] == "claimed"
+    assert "Being reviewed by Acme Corp reviewer (reviewer@acme.test) until" in refused.json["message"]
+    assert second.delete(url).status_code == 409  # only its holder gives it up
+    assert second.post(url, json={"take_over": "yes"}).status_code == 422  # strict: a boolean
+
+    taken = second.post(url, json={"take_over": True})
+    assert taken.status_code == 200 and taken.json["claimed_by"] == SECOND
+    released = second.delete(url)
+    assert released.status_code == 200 and released.json["claimed_by"] is None
+    assert first.post(url, json={}).status_code == 200  # free again
+
+    db.session.execute(
+        update(ToolCall).where(ToolCall.id == call.id).values(claimed_until=utcnow() - timedelta(seconds=1))
+    )
+    db.session.commit()
+    db.session.remove()
+    assert second.post(url, json={}).json["claimed_by"] == SECOND  # a claim that ran out holds nothing
+    assert api.as_("agent@acme.test").post(url, json={}).status_code == 403  # agents do not review
