@@ -190,6 +190,15 @@ def start_sweep_ticker(app: Flask, stop: threading.Event) -> threading.Thread:
     return thread
 
 
+def _retire(worker: PoolWorker) -> None:
+    """Mark a worker whose loop ended as dead in Redis, so a fresh one may register under its name
+    (RQ refuses a name whose worker it still counts as alive). Without Redis there is nothing to mark."""
+    try:
+        worker.register_death()
+    except (redis.RedisError, OSError):
+        pass
+
+
 def run_worker(app: Flask, burst: bool = False, name: str | None = None, concurrency: int | None = None) -> bool:
     """Work the moves queue, then tools' background jobs, `concurrency` jobs at a time (default:
     WORKER_CONCURRENCY), until stopped (or until both are empty with burst); returns whether any job
@@ -228,6 +237,7 @@ def run_worker(app: Flask, burst: bool = False, name: str | None = None, concurr
                     # database holds the state: wait for Redis and work on as a fresh worker.
                     app.logger.warning("lost Redis (%s); working again once it answers", exc)
                 time.sleep(2)
+                _retire(worker)
                 worker = new_worker()
         finally:
             stop.set()
