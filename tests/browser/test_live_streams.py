@@ -10,6 +10,7 @@ import contextlib
 import html
 import re
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,7 +23,10 @@ from tests.browser.conftest import PASSWORD, LiveServer
 from tests.clients import CSRF
 from tests.model_server import Reply
 from tests.replies import reply, text
+from webapp.config import Config
+from webapp.conversations.live import CHECK_SECONDS
 from webapp.models import User
+from webapp.runtime.queue import Dispatcher
 
 LINE_END = re.compile(r"\r\n|\r(?!\Z)|\n")  # a CR last in what has arrived may be the start of a CRLF
 
@@ -143,6 +147,31 @@ def test_an_open_stream_ends_within_seconds_once_its_person_may_no_longer_sign_i
         agents_stream.close()
         reviewers_stream.close()
         post_form(admin, users, f"{users}/{agent_id}/password", {"password": PASSWORD})  # as seeded, for later tests
+
+
+def test_a_stream_goes_on_delivering_past_its_sign_in_checks(live_server, engine, env):
+    """The check runs outside any request: it once needed the request's session, failed at its first
+    run, and every page's stream stopped delivering after 3 s (the export card's live progress)."""
+    reviewer = signed_in(live_server.url, "reviewer@acme.test")
+    stream, events = open_stream(reviewer, f"{live_server.url}/live/tenant")
+    with engine.connect() as connection:
+        tenant_id = connection.scalar(select(User.tenant_id).where(User.email == "reviewer@acme.test"))
+    heard = threading.Event()
+
+    def listen() -> None:
+        with contextlib.suppress(Exception):
+            for name, _ in events:
+                if name == "approvals-changed":
+                    heard.set()
+                    return
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        time.sleep(2 * CHECK_SECONDS + 1)  # past two checks
+        Dispatcher(Config.from_env(env)).changed(tenant_id)
+        assert heard.wait(10), "the stream stopped delivering once its sign-in check ran"
+    finally:
+        stream.close()
 
 
 # --- many open pages ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from webapp.runtime.extensions import db
 from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
 from webapp.runtime.services import services
 from webapp.web.errors import Refused
-from webapp.web.security import signed_in, still_signed_in
+from webapp.web.security import session_key, signed_in, still_signed_in
 
 bp = Blueprint("live", __name__, url_prefix="/live")
 
@@ -50,7 +50,12 @@ def conversation(conversation_id: int):
 
 
 def _stream(channels: list[str]) -> Response:
-    app, user_id, session_id = current_app._get_current_object(), current_user.id, current_user.get_id()
+    app, user_id, session_id, key = (
+        current_app._get_current_object(),
+        current_user.id,
+        current_user.get_id(),
+        session_key(),
+    )
     # A stream lives for minutes: it must not hold a database session, nor SQLite's write lock while
     # it waits for Redis to confirm its subscription (every other request would wait behind it).
     db.session.remove()
@@ -81,7 +86,7 @@ def _stream(channels: list[str]) -> Response:
                     yield ": keepalive\n\n"
                     keepalive_at = now + KEEPALIVE_SECONDS
                 if now >= check_at:
-                    if not _still_signed_in(app, session_id):
+                    if not _still_signed_in(app, session_id, key):
                         return  # the browser reconnects, and is sent to sign in
                     check_at = now + CHECK_SECONDS
         finally:
@@ -92,12 +97,12 @@ def _stream(channels: list[str]) -> Response:
     )
 
 
-def _still_signed_in(app: Flask, session_id: str) -> bool:
+def _still_signed_in(app: Flask, session_id: str, key: str | None) -> bool:
     """Whether the stream's person may still read it, asked as every request asks, on a short
     transaction of its own (the stream holds no session in between); no answer ends the stream too."""
     with app.app_context():
         try:
-            return still_signed_in(session_id)
+            return still_signed_in(session_id, key)
         except SQLAlchemyError:
             return False
         finally:

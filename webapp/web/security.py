@@ -179,6 +179,12 @@ def _load_user(session_id: str) -> User | None:
     a session idle past the idle limit (counted from the person's own last request, never from a
     page's live refreshes) or older than SESSION_MAX_HOURS is ended server-side, whatever the cookie
     says."""
+    return _signed_in_person(session_id, session.get(SESSION_KEY), touch=not is_background_request())
+
+
+def _signed_in_person(session_id: str, key: str | None, touch: bool) -> User | None:
+    """The person a session (User.get_id() and its server-side key) signs in, or None; `touch`
+    restarts its idle clock (the person's own requests, never a page's live refreshes)."""
     user_id, _, token = session_id.partition(":")
     if not user_id.isdigit():
         return None
@@ -188,13 +194,11 @@ def _load_user(session_id: str) -> User | None:
     idle = current_app.permanent_session_lifetime
     longest = timedelta(seconds=current_app.config["SESSION_MAX_SECONDS"])
     now = utcnow()
-    row = identity.live_session(db.session, user, session.get(SESSION_KEY), idle, longest, now)
+    row = identity.live_session(db.session, user, key, idle, longest, now)
     if row is None:
         db.session.commit()  # a session found idle or too old stays ended
         return None
-    if not is_background_request() and (now - row.last_seen_at).total_seconds() > min(
-        TOUCH_SECONDS, idle.total_seconds() / 4
-    ):
+    if touch and (now - row.last_seen_at).total_seconds() > min(TOUCH_SECONDS, idle.total_seconds() / 4):
         row.last_seen_at = now
         db.session.commit()
     return user
@@ -282,7 +286,13 @@ def redirect_home():
     return redirect(url_for("home.index") if current_user.is_authenticated else url_for("auth.login"))
 
 
-def still_signed_in(session_id: str) -> bool:
-    """Whether a session (its User.get_id()) still signs its person in, by the rule every request
-    applies (the user loader): for a response that outlives its request, such as a live stream."""
-    return _load_user(session_id) is not None
+def still_signed_in(session_id: str, key: str | None) -> bool:
+    """Whether a session (its User.get_id() and server-side key) still signs its person in, by the
+    rule every request applies, without restarting its idle clock: for a response that outlives its
+    request, such as a live stream (it runs outside any request, so it is handed what it checks)."""
+    return _signed_in_person(session_id, key, touch=False) is not None
+
+
+def session_key() -> str | None:
+    """The current request's server-side session key (for still_signed_in, later)."""
+    return session.get(SESSION_KEY)
