@@ -6,14 +6,13 @@ from __future__ import annotations
 from flask import Blueprint, current_app, g, jsonify, request
 from pydantic import BaseModel
 from sqlalchemy import func, select
-from werkzeug.exceptions import HTTPException, NotFound
+from werkzeug.exceptions import HTTPException
 
 from webapp.accounts import actions as accounts
 from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
 from webapp.api.openapi import document, documented
 from webapp.api.schemas import (
-    MAX_ID,
     ApprovalList,
     ApprovalView,
     AuditPage,
@@ -43,7 +42,7 @@ from webapp.approvals import actions as approvals
 from webapp.audit import queries as audit_queries
 from webapp.conversations import actions as conversations
 from webapp.identity import token_state
-from webapp.models import MAX_ROW_ID, ROLES, Conversation, Message, ModelCall, ToolCall
+from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
 from webapp.runtime.extensions import db
 from webapp.web.errors import Refused, json_error
 from webapp.web.security import api_roles, public
@@ -90,15 +89,6 @@ def _unexpected(exc: Exception):
     db.session.rollback()
     current_app.logger.exception("unexpected API error")
     return json_error(500, "internal_error", "Something went wrong on our side; nothing was changed.")
-
-
-@bp.url_value_preprocessor
-def _ids_in_range(endpoint: str | None, values: dict | None) -> None:
-    """A path's id is 1 to 2^63-1 (MAX_ID, as the document says); another number names nothing: 404 (a
-    route rule's own bounds would answer 405 where a GET and a POST share the path). No row has an id
-    above MAX_ROW_ID, so such an id is a 404 without a query (PostgreSQL would refuse the query)."""
-    if any(isinstance(value, int) and not 1 <= value <= min(MAX_ID, MAX_ROW_ID) for value in (values or {}).values()):
-        raise NotFound()
 
 
 def conversation_or_404(conversation_id: int) -> Conversation:

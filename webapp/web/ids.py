@@ -21,12 +21,12 @@ def fits(value: int, column: ColumnElement | None = None) -> bool:
 
 
 class IdConverter(IntegerConverter):
-    """Werkzeug's int converter for ids; create_app installs it as "int". An id past MAX_ID is a 404
+    """Werkzeug's int converter for ids; create_app installs it as "int". An id of 0 or past MAX_ID is a 404
     at once, whatever the method (werkzeug's own `max` would make a POST to it a 405, since the URL
     also has a GET route)."""
 
     def to_python(self, value: str) -> int:
         number = super().to_python(value)
-        if not fits(number):
+        if number < 1 or not fits(number):  # ids start at 1
             raise NotFound("There is no such page: the number in its address is larger than any id.")
         return number
