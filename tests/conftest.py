@@ -38,6 +38,7 @@ RUNTIME_TABLES = [
     "assistant_settings",
     "decisions",
     "tool_policies",
+    "tool_access",
     "tool_calls",
     "messages",
     "conversations",

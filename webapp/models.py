@@ -228,6 +228,8 @@ class Conversation(Base):
     token_budget: Mapped[int] = mapped_column(BigInteger, default=0)  # 0: none
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     cancel_requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    # why it was stopped when no one pressed Stop, in words for people ("ann@x's account was disabled")
+    cancel_reason: Mapped[str | None] = mapped_column(String(200))
     stop_reason: Mapped[str | None] = mapped_column(String(32))  # of the last model call
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
@@ -373,6 +375,26 @@ class ToolPolicy(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     __table_args__ = (UniqueConstraint("tenant_id", "tool_name", name="uq_tool_policies_tenant_tool"),)
+
+
+class ToolAccess(Base):
+    """Who may have the assistant use a tool in one tenant: everyone (no row), only the people who hold
+    one of `roles` or are among `user_ids`, or no one (the tool is disabled). The model is offered
+    only the tools a conversation's owner may use."""
+
+    __tablename__ = "tool_access"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    tool_name: Mapped[str] = mapped_column(String(128))
+    who: Mapped[str] = mapped_column(String(16))  # everyone | chosen | nobody
+    roles: Mapped[list] = mapped_column(JSONType, default=list)
+    user_ids: Mapped[list] = mapped_column(JSONType, default=list)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    updated_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "tool_name", name="uq_tool_access_tenant_tool"),)
 
 
 class Decision(Base):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain, identity
+from webapp.conversations import actions as conversation_actions
 from webapp.models import MAX_ROW_ID, ApiToken, User
 from webapp.web.errors import Refused
 from webapp.web.security import unlock_account
@@ -79,3 +80,27 @@ def unlock(session: Session, actor: User, user: User) -> bool:
     )
     session.commit()
     return was_locked
+
+
+def disable_user(session: Session, admin: User, user: User) -> int | None:
+    """Disable the user: they cannot sign in, their sessions end, their API tokens are revoked, and
+    every conversation of theirs that is moving or waiting stops (its waiting calls settle as
+    cancelled, saying why). None when they were already disabled; else how many conversations stopped.
+    AccountError when an admin would disable themself."""
+    if not identity.set_active(session, user, False, actor=admin):
+        return None
+    stopped = conversation_actions.stop_all_of(session, admin, user, f"{user.email}'s account was disabled")
+    audit_chain.record(
+        session,
+        "user_disabled",
+        tenant_id=admin.tenant_id,
+        actor=admin,
+        data={
+            "user_id": user.id,
+            "email": user.email,
+            "conversations_stopped": [conversation.id for conversation, _ in stopped],
+        },
+    )
+    session.commit()
+    conversation_actions.after_commit(stopped)
+    return len(stopped)

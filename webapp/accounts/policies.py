@@ -1,6 +1,7 @@
 """The policies admin page: per tool, whether its calls run at once, always wait for a person, or
-wait above an amount; how many reviewers must approve, and how long they have. Every save makes a
-new version and is audited."""
+wait above an amount; how many reviewers must approve, and how long they have; and who may have the
+assistant use it at all. Every save makes a new version and is audited. A refused save shows the
+page again with what the admin typed, the error beside its field, scrolled to the tool."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import math
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
+from sqlalchemy import func, select
 
 from webapp import audit_chain
+from webapp.agent import access as access_rules
 from webapp.agent import policies as policy_rules
+from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.security import roles_required
@@ -27,14 +31,12 @@ def index():
 @bp.post("/<tool_name>")
 @roles_required("admin")
 def save_policy(tool_name: str):
-    tool = services().tools.get(tool_name)
-    if tool is None:
-        abort(404, description=f"There is no tool named {tool_name}.")
+    tool = _tool(tool_name)
     form = request.form
     try:
-        threshold = _whole(form.get("amount_threshold"), "The amount limit", scale=100)
-        approvals_needed = _whole(form.get("approvals_required") or "0", "Approvals needed")
-        ttl_hours = _number(form.get("ttl_hours") or "24", "Hours to decide")
+        threshold = _whole(form.get("amount_threshold"), "The amount limit", scale=100, field="amount_threshold")
+        approvals_needed = _whole(form.get("approvals_required") or "0", "Approvals needed", field="approvals_required")
+        ttl_hours = _number(form.get("ttl_hours") or "24", "Hours to decide", "ttl_hours")
         limits = _limits(form)
         before, after = policy_rules.save_policy(
             db.session,
@@ -49,7 +51,7 @@ def save_policy(tool_name: str):
         )
     except policy_rules.PolicyError as exc:
         db.session.rollback()
-        return _policies_page({tool_name: str(exc)}), 422
+        return _policies_page(_Refusal(tool_name, "policy", str(exc), exc.field, form)), 422
     audit_chain.record(
         db.session,
         "policy_changed",
@@ -60,18 +62,123 @@ def save_policy(tool_name: str):
     )
     db.session.commit()
     flash(f"Saved: {after.describe()} (version {after.version})", "info")
-    return redirect(url_for(".index"), code=303)
+    return redirect(url_for(".index", _anchor=f"policy-{tool_name}"), code=303)
 
 
-def _policies_page(errors: dict[str, str] | None = None) -> str:
-    tools = services().tools
-    rows = [
-        (tools.get(name), policy_rules.policy_for(db.session, _admin().tenant_id, tools.get(name)))
-        for name in sorted(tools.names())
-    ]
-    return render_template(
-        "accounts/policies.html", rows=rows, errors=errors or {}, modes=policy_rules.MODES, scopes=policy_rules.SCOPES
+@bp.post("/<tool_name>/access")
+@roles_required("admin")
+def save_access(tool_name: str):
+    """Who may have the assistant use the tool: everyone, chosen roles and people, or no one."""
+    _tool(tool_name)
+    form = request.form
+    admin = _admin()
+    try:
+        unknown = set(form) - {"csrf_token", "who", "roles", "people"}
+        if unknown:
+            raise access_rules.AccessError(f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
+        before, after = access_rules.save_access(
+            db.session,
+            admin.tenant_id,
+            tool_name,
+            who=form.get("who", ""),
+            roles=form.getlist("roles"),
+            user_ids=_people(form.get("people", ""), admin.tenant_id),
+            by_user_id=admin.id,
+        )
+    except access_rules.AccessError as exc:
+        db.session.rollback()
+        return _policies_page(_Refusal(tool_name, "access", str(exc), None, form)), 422
+    audit_chain.record(
+        db.session,
+        "tool_access_changed",
+        tenant_id=admin.tenant_id,
+        actor=admin,
+        tool_name=tool_name,
+        data={"before": before.snapshot(), "after": after.snapshot()},
     )
+    db.session.commit()
+    flash(f"Saved for {tool_name}: {after.describe(_names(admin.tenant_id, after.user_ids))}", "info")
+    return redirect(url_for(".index", _anchor=f"policy-{tool_name}"), code=303)
+
+
+class _Refusal:
+    """A refused save: which tool and form, the message, the field to blame, and what was typed."""
+
+    def __init__(self, tool_name: str, form_name: str, message: str, field: str | None, typed) -> None:
+        self.tool_name, self.form_name, self.message, self.field = tool_name, form_name, message, field
+        self.typed = {key: typed.getlist(key) if key == "roles" else typed.get(key) for key in typed}
+
+
+def _policies_page(refusal: _Refusal | None = None) -> str:
+    tools = services().tools
+    tenant_id = _admin().tenant_id
+    settings = access_rules.accesses(db.session, tenant_id)
+    names = _names(tenant_id, [user_id for setting in settings.values() for user_id in setting.user_ids])
+    rows = []
+    for name in sorted(tools.names()):
+        tool = tools.get(name)
+        setting = settings.get(name, access_rules.Access(name))
+        rows.append(
+            {
+                "tool": tool,
+                "policy": policy_rules.policy_for(db.session, tenant_id, tool),
+                "modes": policy_rules.modes_for(tool),
+                "has_amount": policy_rules.has_amount(tool),
+                "access": setting,
+                "access_words": setting.describe(names),
+                "people": ", ".join(sorted(_emails(setting.user_ids, tenant_id))),
+            }
+        )
+    return render_template(
+        "accounts/policies.html",
+        rows=rows,
+        refusal=refusal,
+        scopes=policy_rules.SCOPES,
+        roles=ROLES,
+        mode_words={"never": "runs at once", "always": "always waits", "above_amount": "waits above an amount"},
+    )
+
+
+def _tool(tool_name: str):
+    tool = services().tools.get(tool_name)
+    if tool is None:
+        abort(404, description=f"There is no tool named {tool_name}.")
+    return tool
+
+
+def _people(raw: str, tenant_id: int) -> list[int]:
+    """The ids of the people named by e-mail (commas, spaces or lines between them), all of the tenant."""
+    emails = [email.strip().lower() for email in raw.replace(",", " ").split() if email.strip()]
+    if len(emails) > access_rules.MAX_PEOPLE:
+        raise access_rules.AccessError(f"Name at most {access_rules.MAX_PEOPLE} people; give the others a role.")
+    found = (
+        dict(
+            db.session.execute(
+                select(func.lower(User.email), User.id).where(
+                    User.tenant_id == tenant_id, func.lower(User.email).in_(emails)
+                )
+            ).all()
+        )
+        if emails
+        else {}
+    )
+    missing = [email for email in emails if email not in found]
+    if missing:
+        raise access_rules.AccessError(f"No one in your organisation has the e-mail {missing[0]}; check the spelling.")
+    return [found[email] for email in emails]
+
+
+def _emails(user_ids, tenant_id: int) -> list[str]:
+    if not user_ids:
+        return []
+    return list(db.session.scalars(select(User.email).where(User.id.in_(user_ids), User.tenant_id == tenant_id)))
+
+
+def _names(tenant_id: int, user_ids) -> dict[int, str]:
+    if not user_ids:
+        return {}
+    users = db.session.scalars(select(User).where(User.id.in_(set(user_ids)), User.tenant_id == tenant_id))
+    return {user.id: user.label for user in users}
 
 
 def _limits(form) -> policy_rules.Limits | None:
@@ -82,25 +189,29 @@ def _limits(form) -> policy_rules.Limits | None:
     for scope, words in policy_rules.SCOPES:
         raw = form.get(f"limit_{scope}_count", "").strip()
         if raw and not raw.isdigit():
-            raise policy_rules.PolicyError(f"The most calls {words} must be a whole number, or empty.")
+            raise policy_rules.PolicyError(
+                f"The most calls {words} must be a whole number, or empty.", f"limit_{scope}_count"
+            )
         values[f"{scope}_count"] = int(raw) if raw else None
-        values[f"{scope}_cents"] = _whole(form.get(f"limit_{scope}_cents"), f"The most money {words}", scale=100)
+        values[f"{scope}_cents"] = _whole(
+            form.get(f"limit_{scope}_cents"), f"The most money {words}", scale=100, field=f"limit_{scope}_cents"
+        )
     return policy_rules.Limits(**values)
 
 
-def _whole(raw: str | None, label: str, scale: int = 1) -> int | None:
+def _whole(raw: str | None, label: str, scale: int = 1, field: str | None = None) -> int | None:
     if raw is None or raw.strip() == "":
         return None
-    return round(_number(raw, label) * scale)
+    return round(_number(raw, label, field) * scale)
 
 
-def _number(raw: str, label: str) -> float:
+def _number(raw: str, label: str, field: str | None = None) -> float:
     try:
         number = float(raw)
     except ValueError:
         number = math.nan
     if not math.isfinite(number) or abs(number) > 1e12:
-        raise policy_rules.PolicyError(f"{label} must be a number.")
+        raise policy_rules.PolicyError(f"{label} must be a number.", field)
     return number
 
 

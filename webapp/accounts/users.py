@@ -153,13 +153,16 @@ def disable(user_id: int):
     """Disable the user: they cannot sign in, their sessions end and their API tokens stop working."""
     user = _tenant_user(user_id)
     try:
-        changed = identity.set_active(db.session, user, False, actor=_admin())
+        stopped = actions.disable_user(db.session, _admin(), user)
     except AccountError as exc:
         return _failed(user, exc)
-    if changed:
-        _record("user_disabled", user)
-        db.session.commit()
-    return _done(user, f"{user.email} is disabled: their sessions ended and their API tokens are revoked.")
+    if stopped:
+        conversations = f"; {stopped} conversation{'s' if stopped != 1 else ''} of theirs stopped"
+    else:
+        conversations = ""
+    return _done(
+        user, f"{user.email} is disabled: their sessions ended and their API tokens are revoked{conversations}."
+    )
 
 
 @bp.post("/<int:user_id>/enable")

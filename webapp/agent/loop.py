@@ -19,7 +19,7 @@ from sqlalchemy import and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.agent import context, wording
+from webapp.agent import access, context, wording
 from webapp.agent.context import Window
 from webapp.agent.policies import policy_for
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
@@ -154,6 +154,7 @@ class Loop:
         self._round: list[ToolCall] | None = None
         self._summary: Summary | None | object = _UNREAD
         self._settings_version: int | None = None  # the tenant's AssistantSettings the request was built with
+        self._usable: frozenset[str] | None = None  # the tools the owner may use, read once per Loop
         self._sqlite = session.get_bind().dialect.name == "sqlite"
 
     # --- reading the state ---------------------------------------------------------------------
@@ -245,8 +246,16 @@ class Loop:
         c.error_code = c.error_message = None
         c.cancel_requested_at = None
         c.cancel_requested_by_id = None
+        c.cancel_reason = None
         c.stop_reason = None
         return message
+
+    def usable_tools(self) -> frozenset[str]:
+        """The tools the conversation's owner may have the assistant use (webapp/agent/access.py)."""
+        if self._usable is None:
+            owner = self.session.get(User, self.conversation.user_id)
+            self._usable = access.usable(self.session, owner, self.tools.names())
+        return self._usable
 
     def build_request(self, rows: list | None = None) -> dict:
         """The next model request: the system prompt and the tools (both cache breakpoints), then the
@@ -267,7 +276,7 @@ class Loop:
         messages = context.with_summary(summary.text if summary else None, rows)
         if self.settings.cache_history:
             _mark_cache_breakpoint(messages)
-        request = {"system": system, "tools": self.tools.definitions(), "messages": messages}
+        request = {"system": system, "tools": self.tools.definitions(self.usable_tools()), "messages": messages}
         if settings and settings.one_call_per_reply:
             request["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
         return request
@@ -331,7 +340,11 @@ class Loop:
     def run_call(self, call: ToolCall) -> None:
         """Execute a claimed call as the acting user; its result (or its open task) lands in the session."""
         with bind(tool_call_id=call.id):
-            outcome = self.tools.run(call.name, call.input, self._context(call), self.settings.tool_output_limit)
+            refusal = self._not_allowed(call)
+            if refusal:
+                outcome = ToolOutcome(refusal, True)
+            else:
+                outcome = self.tools.run(call.name, call.input, self._context(call), self.settings.tool_output_limit)
         self.hold()
         if outcome.task is not None:
             self._wait_on_task(call, outcome.task, progressed=True)
@@ -574,18 +587,22 @@ class Loop:
                     result = wording.RESULT_TASK_CANCELLED.format(where=_task_where(task))
                 self._finish(call, ToolOutcome(result, True, cancelled=True))
                 continue
-            was_running = call.status == CallStatus.RUNNING
-            self._settle(
-                call,
-                CallStatus.CANCELLED,
-                wording.RESULT_CANCELLED_RUNNING if was_running else wording.RESULT_CANCELLED,
-                True,
-            )
+            if call.status == CallStatus.RUNNING:
+                result = wording.RESULT_CANCELLED_RUNNING
+            elif self.conversation.cancel_reason:
+                result = wording.RESULT_CANCELLED_BECAUSE.format(reason=self.conversation.cancel_reason)
+            else:
+                result = wording.RESULT_CANCELLED
+            self._settle(call, CallStatus.CANCELLED, result, True)
         self.settle_round_if_complete()
         c = self.conversation
         c.status = ConversationStatus.CANCELLED
         c.stop_reason = "cancelled"
-        self._audit("conversation_cancelled", outcome="cancelled", data={"requested_by": c.cancel_requested_by_id})
+        self._audit(
+            "conversation_cancelled",
+            outcome="cancelled",
+            data={"requested_by": c.cancel_requested_by_id, "reason": c.cancel_reason},
+        )
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -629,7 +646,7 @@ class Loop:
         if cut_off:
             self._settle(call, CallStatus.FAILED, wording.RESULT_CUT_OFF, True)
             return call
-        problem = self.tools.check(call.name, call.input)
+        problem = self.tools.check(call.name, call.input) or self._not_allowed(call)
         if problem:
             self._settle(call, CallStatus.FAILED, problem, True)
             return call
@@ -645,6 +662,14 @@ class Loop:
             call.expires_at = policy.expires_at()
             call.status = CallStatus.AWAITING_APPROVAL
         return call
+
+    def _not_allowed(self, call: ToolCall) -> str | None:
+        """Why the call may not run for the conversation's owner (None: it may)."""
+        if call.name not in self.tools.names() or call.name in self.usable_tools():
+            return None
+        owner, tenant_name = self.session.execute(_ASKER, {"user_id": self.conversation.user_id}).one()[:2]
+        refusal = wording.RESULT_NOT_ALLOWED.format(owner=owner.label, tool=call.name, tenant=tenant_name)
+        return refusal + wording.NOT_ALLOWED_HINT
 
     def _context(self, call: ToolCall) -> ToolContext:
         """What the call's tool acts with: the acting user, their tenant, and the call's idempotency key."""

@@ -451,15 +451,18 @@ def start_run(session: Session, conversation: Conversation) -> int:
     return conversation.version
 
 
-def request_cancel(session: Session, conversation: Conversation, by_user_id: int | None) -> int | None:
-    """Ask the conversation to stop. A parked one gets a move to settle it (returns its version);
-    a moving one honours the flag at its next checkpoint."""
+def request_cancel(
+    session: Session, conversation: Conversation, by_user_id: int | None, reason: str | None = None
+) -> int | None:
+    """Ask the conversation to stop (`reason`: why, in words for people, when no one pressed Stop).
+    A parked one gets a move to settle it (returns its version); a moving one honours the flag at its
+    next checkpoint."""
     if conversation.status in IDLE - {ConversationStatus.BUDGET_EXHAUSTED}:
         raise ValueError("nothing to cancel")
     session.execute(
         update(Conversation)
         .where(Conversation.id == conversation.id, Conversation.cancel_requested_at.is_(None))
-        .values(cancel_requested_at=utcnow(), cancel_requested_by_id=by_user_id)
+        .values(cancel_requested_at=utcnow(), cancel_requested_by_id=by_user_id, cancel_reason=reason)
         .execution_options(synchronize_session=False)
     )
     session.refresh(conversation)

@@ -29,7 +29,26 @@ DEFAULTS = {
 
 
 class PolicyError(ValueError):
-    """A policy that cannot be saved; the message says what to fix."""
+    """A policy that cannot be saved; the message says what to fix, `field` the form field to change."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def has_amount(tool: Tool) -> bool:
+    """Whether the tool's calls carry an amount (`amount_cents`) that rules and limits can weigh."""
+    return "amount_cents" in tool.Input.model_fields
+
+
+def modes_for(tool: Tool) -> tuple[str, ...]:
+    """The rules this tool can have: a tool that changes things for customers never runs without a
+    person, and only a tool with an amount can wait above one."""
+    return tuple(
+        mode
+        for mode in MODES
+        if not (mode == "never" and tool.sensitive) and not (mode == "above_amount" and not has_amount(tool))
+    )
 
 
 @dataclass(frozen=True)
@@ -203,29 +222,30 @@ def save_policy(
     """Store a new version of the tool's policy; returns (before, after). PolicyError on bad values.
     Without `limits`, the policy keeps the limits it has."""
     if mode not in MODES:
-        raise PolicyError(f"The rule must be one of: {', '.join(MODES)}.")
+        raise PolicyError(f"The rule must be one of: {', '.join(MODES)}.", "mode")
     if tool.sensitive and mode == "never":
-        raise PolicyError(f"{tool.name} changes things for customers; it must wait for at least one person.")
+        raise PolicyError(f"{tool.name} changes things for customers; it must wait for at least one person.", "mode")
     if mode == "above_amount":
-        if "amount_cents" not in tool.Input.model_fields:
-            raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount rule.")
+        if not has_amount(tool):
+            raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount rule.", "mode")
         if not isinstance(amount_threshold_cents, int) or not 0 <= amount_threshold_cents <= 10_000_000:
-            raise PolicyError("The amount limit must be a whole number of cents from 0 to 10,000,000.")
+            raise PolicyError("The amount limit must be from $0.00 to $100,000.00.", "amount_threshold")
         most = tool.Input.model_json_schema()["properties"]["amount_cents"].get("maximum")
         if tool.sensitive and most is not None and amount_threshold_cents >= most:
             raise PolicyError(
                 f"{tool.name} can ask for at most ${most / 100:,.2f}, so with a limit of "
                 f"${amount_threshold_cents / 100:,.2f} no call would ever wait for a person. "
-                "It changes things for customers: choose a lower limit."
+                "It changes things for customers: choose a lower limit.",
+                "amount_threshold",
             )
     else:
         amount_threshold_cents = None
     if mode == "never":
         approvals_required = 0
     elif not isinstance(approvals_required, int) or not 1 <= approvals_required <= 5:
-        raise PolicyError("Approvals needed must be from 1 to 5.")
+        raise PolicyError("Approvals needed must be from 1 to 5.", "approvals_required")
     if not isinstance(ttl_seconds, int) or not 300 <= ttl_seconds <= 30 * DAY:
-        raise PolicyError("The time to decide must be from 5 minutes to 30 days.")
+        raise PolicyError("The time to decide must be from 5 minutes to 30 days.", "ttl_hours")
     before = policy_for(session, tenant_id, tool)
     limits = before.limits if limits is None else limits
     _check_limits(tool, limits)
@@ -249,10 +269,14 @@ def _check_limits(tool: Tool, limits: Limits) -> None:
     for scope, words in SCOPES:
         count, cents = getattr(limits, f"{scope}_count"), getattr(limits, f"{scope}_cents")
         if count is not None and (not isinstance(count, int) or not 1 <= count <= 100_000):
-            raise PolicyError(f"The most calls {words} must be a whole number from 1 to 100,000, or empty.")
+            raise PolicyError(
+                f"The most calls {words} must be a whole number from 1 to 100,000, or empty.", f"limit_{scope}_count"
+            )
         if cents is None:
             continue
-        if "amount_cents" not in tool.Input.model_fields:
-            raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount limit.")
+        if not has_amount(tool):
+            raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount limit.", f"limit_{scope}_cents")
         if not isinstance(cents, int) or not 1 <= cents <= 10_000_000:
-            raise PolicyError(f"The most money {words} must be from $0.01 to $100,000.00, or empty.")
+            raise PolicyError(
+                f"The most money {words} must be from $0.01 to $100,000.00, or empty.", f"limit_{scope}_cents"
+            )

@@ -45,6 +45,10 @@ def system_prompt(tenant: str, user: str, settings=None) -> str:
 
 
 RESULT_CANCELLED = "Cancelled: the conversation was stopped before this call ran. Nothing was done."
+RESULT_CANCELLED_BECAUSE = "Cancelled: the conversation was stopped before this call ran ({reason}). Nothing was done."
+RESULT_NOT_ALLOWED = "Not run: {owner} may not have the assistant use {tool}; {tenant}'s admins choose who may."
+# Said to the model after RESULT_NOT_ALLOWED; pages leave it out.
+NOT_ALLOWED_HINT = " Do not call it again in this conversation."
 RESULT_CANCELLED_RUNNING = (
     "Cancelled: the conversation was stopped while this call was being carried out; "
     "it may or may not have taken effect. Check before trying again."

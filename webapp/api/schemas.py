@@ -598,6 +598,9 @@ class ConversationView(BaseModel):
     stop_reason: str | None = Field(description="The stop reason of the last model call.")
     error: ConversationError | None = Field(description="Why a failed conversation failed.")
     cancel_requested: bool
+    cancel_reason: str | None = Field(
+        description="Why it was stopped when no one pressed Stop (e.g. its owner's account was disabled)."
+    )
     moves_used: int = Field(description="Moves (model calls or tool calls) used by the current run.")
     move_budget: int = Field(description="Moves the current run may use before it pauses as budget_exhausted.")
     messages: list[MessageView]
@@ -622,6 +625,7 @@ class ConversationView(BaseModel):
                 else None
             ),
             cancel_requested=conversation.cancel_requested_at is not None,
+            cancel_reason=conversation.cancel_reason,
             moves_used=conversation.moves_used,
             move_budget=conversation.move_budget,
             messages=messages,

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from webapp import audit_chain
 from webapp.agent import moves
 from webapp.agent.loop import ConversationBusy
+from webapp.agent.states import IDLE, ConversationStatus
 from webapp.models import Conversation, ToolCall, User
 from webapp.runtime.queue import QueueUnavailable
 from webapp.runtime.services import services
@@ -111,6 +112,43 @@ def cancel(session: Session, user: User, conversation: Conversation) -> None:
     )
 
 
+def stop_all_of(session: Session, actor: User, owner: User, reason: str) -> list[tuple[Conversation, int | None]]:
+    """Ask every conversation of `owner` that is moving or waiting to stop, `reason` said to people
+    and to the model (their waiting calls settle as cancelled). Audited per conversation; the caller
+    commits, then hands the returned list to after_commit()."""
+    stopping = session.scalars(
+        select(Conversation)
+        .where(
+            Conversation.user_id == owner.id,
+            Conversation.status.not_in(list(IDLE - {ConversationStatus.BUDGET_EXHAUSTED})),
+            Conversation.cancel_requested_at.is_(None),
+        )
+        .order_by(Conversation.id)
+    ).all()
+    stopped = []
+    for conversation in stopping:
+        status = conversation.status
+        version = moves.request_cancel(session, conversation, actor.id, reason)
+        audit_chain.record(
+            session,
+            "cancel_requested",
+            tenant_id=conversation.tenant_id,
+            actor=actor,
+            conversation_id=conversation.id,
+            data={"status": status, "reason": reason},
+        )
+        stopped.append((conversation, version))
+    return stopped
+
+
+def after_commit(changed: list[tuple[Conversation, int | None]]) -> None:
+    """Enqueue the moves committed changes queued, and tell the pages showing those conversations."""
+    for conversation, version in changed:
+        if version is not None:
+            enqueue_after_commit(conversation.id, version)
+        services().dispatcher.changed(conversation.tenant_id, conversation.id)
+
+
 def retry(session: Session, user: User, conversation: Conversation) -> None:
     """Queue a failed conversation again."""
     _may_steer(user, conversation)
@@ -193,9 +231,7 @@ def commit_change(
         session, action, tenant_id=conversation.tenant_id, actor=actor, conversation_id=conversation.id, **event
     )
     session.commit()
-    if version is not None:
-        enqueue_after_commit(conversation.id, version)
-    services().dispatcher.changed(conversation.tenant_id, conversation.id)
+    after_commit([(conversation, version)])
 
 
 QUEUE_DOWN = (

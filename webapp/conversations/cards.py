@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus
+from webapp.agent.wording import NOT_ALLOWED_HINT
 from webapp.models import Decision, ToolCall
 from webapp.tools.presenting import Shown, arguments, changes, more_approvals, people, result_rows
 from webapp.tools.registry import OUTPUT_OPEN, RETRY_HINT, ToolRegistry, unwrap_output
@@ -110,5 +111,5 @@ def failure(content: str | None) -> str:
         text = text.split("\n", 1)[1] if "\n" in text else ""
     if OUTPUT_OPEN in text:
         text = unwrap_output(text)
-    text = text.replace(RETRY_HINT, "")
+    text = text.replace(RETRY_HINT, "").replace(NOT_ALLOWED_HINT, "")
     return text.strip() or "the tool gave no reason."

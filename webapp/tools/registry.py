@@ -154,7 +154,7 @@ class ToolOutcome:
 class ToolRegistry:
     def __init__(self, tools: list[type[Tool]] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
-        self._definitions: list[dict] | None = None
+        self._definitions: dict[frozenset[str] | None, list[dict]] = {}
         for tool in tools or []:
             self.register(tool)
 
@@ -162,7 +162,7 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool()
-        self._definitions = None
+        self._definitions = {}
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -170,14 +170,16 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def definitions(self) -> list[dict]:
-        """Tool definitions for the Messages API; the last one marks the cache breakpoint."""
-        if self._definitions is None:
-            defs = [tool.definition() for tool in self._tools.values()]
+    def definitions(self, only: frozenset[str] | None = None) -> list[dict]:
+        """Tool definitions for the Messages API (of the tools named in `only`, when given); the last
+        one marks the cache breakpoint."""
+        defs = self._definitions.get(only)
+        if defs is None:
+            defs = [tool.definition() for name, tool in self._tools.items() if only is None or name in only]
             if defs:
                 defs[-1] = {**defs[-1], "cache_control": {"type": "ephemeral"}}
-            self._definitions = defs
-        return self._definitions
+            self._definitions[only] = defs
+        return defs
 
     def check(self, name: str, raw_input: Any) -> str | None:
         """None when the call may run; otherwise the error the model should get instead."""
