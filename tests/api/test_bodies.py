@@ -29,6 +29,7 @@ CONVERSATION_KEYS = {
     "stop_reason",
     "error",
     "cancel_requested",
+    "cancel_reason",
     "moves_used",
     "move_budget",
     "messages",
