@@ -17,10 +17,10 @@ def _next_id(connection, table) -> int:
     return (connection.scalar(select(func.max(table.c.id))) or 0) + 1
 
 
-def bulk_conversations(engine, count: int, days: int = 90) -> dict:
-    """`count` conversations of acme's agent spread over `days` days: 80% completed (question, tool
-    call, result, answer), 20% waiting for a reviewer on a refund (question and the tool call), each
-    with its model calls. Returns what was made and how long it took."""
+def bulk_conversations(engine, count: int, days: int = 90, waiting_every: int = 5) -> dict:
+    """`count` conversations of acme's agent spread over `days` days: one in `waiting_every` waiting
+    for a reviewer on a refund (question and the tool call), the others completed (question, tool
+    call, result, answer), each with its model calls. Returns what was made and how long it took."""
     from webapp.agent.policies import Policy
     from webapp.models import Conversation, Message, ModelCall, ToolCall, User
 
@@ -39,7 +39,7 @@ def bulk_conversations(engine, count: int, days: int = 90) -> dict:
     for first in range(0, count, BATCH):
         rows: dict[str, list[dict]] = {"conversations": [], "messages": [], "tool_calls": [], "model_calls": []}
         for n in range(first, min(count, first + BATCH)):
-            waiting = n % 5 == 4
+            waiting = n % waiting_every == waiting_every - 1
             when = now - step * (count - n)
             cid = ids["conversations"] + n
             customer, amount = 4400 + n % 80, 5_000 + (n * 37) % 90_000

@@ -25,7 +25,10 @@ public schema is DROPPED and recreated, so never point it at data you keep):
    ending, and the answer after it, read from the database's timestamps: with one idle worker, and
    on pool workers while other conversations are in flight (bench/approvals.py);
 6. pages: bulk-inserted conversations and audit events, then the inbox, the decision page, the
-   conversation list, the chat page and the audit log through the test client (p50, p95, p99).
+   conversation list, the chat page and the audit log through the test client (p50, p95, p99);
+7. waiting: the reviewer's pages (the inbox, the decision page of the oldest and the newest call,
+   the API's call and first page) at each size of --waiting-sizes waiting calls in one database,
+   grown from the smallest to the largest, and how much slower the largest is than the smallest.
 
 Redis: --redis (its database is FLUSHED) or an embedded server. Prints the tables side by side
 per backend (compare within one run: ratios, not absolute figures) and writes JSON and Markdown to
@@ -65,7 +68,7 @@ from bench.runs import new_conversations, run_conversations, worker_pool
 from bench.worker import KINDS
 from bench.worker import label as class_label
 
-PARTS = ("overhead", "langgraph", "throughput", "inflight", "approvals", "context", "pages")
+PARTS = ("overhead", "langgraph", "throughput", "inflight", "approvals", "context", "pages", "waiting")
 FULL = {
     "overhead_conversations": 100,
     "script_runs": 100,
@@ -82,6 +85,7 @@ FULL = {
     "approvals_in_flight": "200:5:2:120",
     "page_conversations": 100_000,
     "audit_events": 1_000_000,
+    "waiting_sizes": "1000,100000",
     "repeats": 30,
     "context_turns": 30,
 }
@@ -98,6 +102,7 @@ QUICK = {
     "approvals_in_flight": "20:0.5:1:30",
     "page_conversations": 2_000,
     "audit_events": 20_000,
+    "waiting_sizes": "100,2000",
     "repeats": 5,
     "context_turns": 12,
 }
@@ -118,6 +123,7 @@ HELP = {
     "approvals_in_flight": "background load for approvals: in_flight:reply_seconds:workers:slots (0 skips it)",
     "page_conversations": "conversations in the database for the pages",
     "audit_events": "audit events in the database for the pages",
+    "waiting_sizes": "waiting calls for the reviewer's pages, comma-separated, smallest first",
     "repeats": "requests per page",
     "context_turns": "turns of the long chat against a 12,000-token window",
 }
@@ -223,6 +229,46 @@ def measure_pages(app, repeats: int) -> dict:
     return results
 
 
+# --- 7. the reviewer's pages among many waiting calls ----------------------------------------------
+
+
+def waiting_targets(app) -> list[tuple[str, str, bool]]:
+    """(label, url, is_api) for the reviewer's pages, with the oldest and newest waiting calls."""
+    from webapp.models import ToolCall
+    from webapp.runtime.extensions import db
+
+    with app.app_context():
+        oldest, newest = db.session.execute(
+            select(func.min(ToolCall.id), func.max(ToolCall.id)).where(ToolCall.status == "awaiting_approval")
+        ).one()
+        db.session.remove()
+    return [
+        ("inbox, first page", "/approvals", False),
+        ("inbox, filtered by tool and amount", "/approvals?tool=issue_refund&min_amount=500&max_amount=600", False),
+        ("decision page, the oldest call", f"/approvals/{oldest}", False),
+        ("decision page, the newest call", f"/approvals/{newest}", False),
+        ("API: one waiting call", f"/api/approvals/{oldest}", True),
+        ("API: the inbox's first page", "/api/approvals", True),
+    ]
+
+
+def measure_waiting(app, sizes: list[int], repeats: int) -> dict:
+    """The reviewer's pages at each size of waiting calls, the database grown between sizes."""
+    from webapp.runtime.extensions import db
+
+    client, headers = signed_in(app, "reviewer@acme.test")
+    made, pages = 0, {}
+    for size in sizes:
+        progress(f"  bulk-inserting {size - made:,} waiting conversations (to {size:,})")
+        with app.app_context():
+            data.bulk_conversations(db.engine, size - made, waiting_every=1)
+        made = size
+        for label, url, is_api in waiting_targets(app):
+            timed = time_page(client, url, repeats, headers if is_api else None)
+            pages.setdefault(label, {})[str(size)] = timed
+    return {"sizes": sizes, "pages": pages}
+
+
 # --- the run ------------------------------------------------------------------------------------
 
 
@@ -314,6 +360,11 @@ def run_backend(name: str, args, postgres: str | None, shared: dict) -> dict:
                 "data": {"conversations": made, "audit_events": generated},
                 "pages": measure_pages(app, args.repeats),
             }
+        if "waiting" in args.parts:
+            progress(
+                f"{label}: the reviewer's pages at {', '.join(f'{n:,}' for n in args.waiting_sizes)} waiting calls"
+            )
+            result["waiting"] = measure_waiting(app, args.waiting_sizes, args.repeats)
         dispose(app)
     return result
 
@@ -549,6 +600,21 @@ def tables(report: dict) -> list[Table]:
             *(results[b]["pages"]["data"]["audit_events"]["seconds"] for b in backends),
         )
         out.append(table)
+    if "waiting" in first:
+        sizes = first["waiting"]["sizes"]
+        small, large = str(sizes[0]), str(sizes[-1])
+        table = Table(
+            f"The reviewer's pages at {' and '.join(f'{n:,}' for n in sizes)} waiting calls (ms, p50)",
+            ["page", *(f"{b} {n:,}" for b in labels for n in sizes), *(f"{b} {large} / {small}" for b in labels)],
+        )
+        for page in first["waiting"]["pages"]:
+            cells = [results[b]["waiting"]["pages"][page] for b in backends]
+            table.add(
+                page,
+                *(cell[str(n)]["p50_ms"] for cell in cells for n in sizes),
+                *(ratio(cell[large]["p50_ms"], cell[small]["p50_ms"]) for cell in cells),
+            )
+        out.append(table)
     return out
 
 
@@ -596,6 +662,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.classes = _names(args.classes, "--classes", KINDS, parser)
     args.approval_classes = _names(args.approval_classes, "--approval-classes", KINDS, parser)
     args.parts = _names(args.parts, "--parts", PARTS, parser)
+    args.waiting_sizes = _numbers(args.waiting_sizes, "--waiting-sizes", parser)
+    if args.waiting_sizes != sorted(set(args.waiting_sizes)):
+        parser.error("--waiting-sizes must grow from the smallest to the largest, each once")
     try:
         args.inflight = parse_scenarios(args.inflight)
         args.approvals_in_flight = approvals_part.parse_load(args.approvals_in_flight)

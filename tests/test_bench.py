@@ -37,7 +37,7 @@ def _run(tmp_path, *flags: str) -> dict:
 def test_quick_slice_writes_the_expected_json(tmp_path):
     report = _run(
         tmp_path,
-        "--parts=overhead,throughput,approvals,context,pages",
+        "--parts=overhead,throughput,approvals,context,pages,waiting",
         "--workers=1",
         "--classes=simple",
         "--approval-classes=simple",
@@ -46,6 +46,7 @@ def test_quick_slice_writes_the_expected_json(tmp_path):
         "--decisions=2",
         "--page-conversations=50",
         "--audit-events=1000",
+        "--waiting-sizes=5,30",
         "--repeats=2",
         "--approvals-in-flight=0",
         "--context-turns=8",
@@ -87,6 +88,14 @@ def test_quick_slice_writes_the_expected_json(tmp_path):
     for row in pages["pages"].values():
         assert row["count"] == 2
         _positive(row, "p50_ms", "p95_ms")
+
+    waiting = sqlite["waiting"]
+    assert waiting["sizes"] == [5, 30]
+    assert {"decision page, the oldest call", "inbox, first page", "API: one waiting call"} <= set(waiting["pages"])
+    for by_size in waiting["pages"].values():
+        assert set(by_size) == {"5", "30"}
+        for row in by_size.values():
+            _positive(row, "count", "p50_ms")
 
 
 def test_quick_slice_of_the_pool_parts(tmp_path):
