@@ -154,7 +154,7 @@ def set_up_webhook(app, url: str) -> str:
     """Set the tenant's webhook on the admin page; the signing secret it shows this once."""
     page = sign_in(app, "admin@acme.test").post("/admin/notifications/webhook", {"url": url})
     assert page.status_code == 201, page.text
-    return re.search(r'id="new-secret".*?<code>(whsec_[^<]+)</code>', page.text, re.S).group(1)
+    return re.search(r'id="new-secret-value">(whsec_[^<]+)</code>', page.text, re.S).group(1)
 
 
 def set_up_email(app, addresses: str) -> None:
@@ -273,7 +273,7 @@ def test_the_webhook_secret_is_shown_once_signs_every_message_and_rotates(app, r
     assert hook.requests[-1]["signed"] and hook.requests[-1]["kind"] == "test"
     old = hook.secret
     rotated = admin.post("/admin/notifications/webhook/rotate")
-    new = re.search(r'id="new-secret".*?<code>(whsec_[^<]+)</code>', rotated.text, re.S).group(1)
+    new = re.search(r'id="new-secret-value">(whsec_[^<]+)</code>', rotated.text, re.S).group(1)
     assert new != old
     admin.post("/admin/notifications/webhook/test")
     assert not hook.requests[-1]["signed"]  # the old secret no longer verifies
