@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, get_args
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
@@ -103,6 +104,14 @@ def _tool_paths(value: Any) -> Any:
         if not module or not name.isidentifier():
             raise ValueError(f"entries are package.module:ToolClass, comma-separated; got {entry!r}")
     return entries
+
+
+def _web_address(url: str) -> str:
+    url = url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f"must be the desk's address as people open it, e.g. https://desk.example.com; got {url!r}")
+    return url
 
 
 def _stderr_is_terminal() -> bool:
@@ -281,6 +290,23 @@ class Config(_LogSettings):
     audit_anchor_key_file: Path = Field(validation_alias="AUDIT_ANCHOR_KEY_FILE")
     # the demo export's pace per part, so its progress can be watched
     export_step_seconds: float = _number_of("seconds", "EXPORT_STEP_SECONDS", 1.0, minimum=0.0)
+    # reminders and escalation of waiting calls (webapp/notify.py): the desk's address for links in
+    # messages, how long a webhook or SMTP server may take, and the retries of a failed delivery
+    public_url: Annotated[str, AfterValidator(_web_address)] = _text("PUBLIC_URL", "http://localhost:8000")
+    notify_timeout_seconds: float = _number_of("seconds", "NOTIFY_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+    notify_retry_intervals: Seconds = Field(
+        (10, 60, 300, 900),
+        validation_alias="NOTIFY_RETRY_INTERVALS",
+        description="comma-separated seconds (whole, 0 or more)",
+        examples=["10,60,300,900"],
+    )
+    # the SMTP server e-mail channels send through; without SMTP_HOST no e-mail is sent
+    smtp_host: str | None = _text("SMTP_HOST")
+    smtp_port: int = _whole_number("SMTP_PORT", 587, minimum=1)
+    smtp_username: str | None = _text("SMTP_USERNAME")
+    smtp_password: str | None = Field(None, validation_alias="SMTP_PASSWORD", repr=False)
+    smtp_from: str = _text("SMTP_FROM", "approval-desk@localhost")
+    smtp_starttls: Flag = Field(True, validation_alias="SMTP_STARTTLS", description="1 or 0", examples=["1"])
     # "package.module:ToolClass" entries added to the billing tools
     extra_tools: Annotated[tuple[str, ...], BeforeValidator(_tool_paths)] = Field((), validation_alias="EXTRA_TOOLS")
 
@@ -324,7 +350,7 @@ class Config(_LogSettings):
 
     def describe(self) -> dict:
         """The settings worth printing at boot, secrets left out."""
-        return self.model_dump(exclude={"secret_key", "anthropic_api_key", "metrics_token"})
+        return self.model_dump(exclude={"secret_key", "anthropic_api_key", "metrics_token", "smtp_password"})
 
 
 class ServerConfig(_LogSettings):

@@ -301,6 +301,12 @@ class ToolCall(Base):
     # who is reviewing it now, while it waits, and until when (a claim others see and may take over)
     claimed_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # while it waits: when to remind the tenant's channels and when to escalate to its admins (each
+    # set to NULL by the sweep that sends it, so it is sent once), and when each was sent
+    remind_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    escalate_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reminded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    escalated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     duration_ms: Mapped[float | None] = mapped_column()
@@ -325,6 +331,9 @@ class ToolCall(Base):
         Index("ix_tool_calls_status_created", "status", "created_at"),
         # a policy's limits: one tool's recent calls in a tenant
         Index("ix_tool_calls_tenant_name_created", "tenant_id", "name", "created_at"),
+        # the sweep: waiting calls whose reminder or escalation is due
+        Index("ix_tool_calls_status_remind", "status", "remind_at"),
+        Index("ix_tool_calls_status_escalate", "status", "escalate_at"),
     )
 
 
@@ -368,6 +377,8 @@ class ToolPolicy(Base):
     amount_threshold_cents: Mapped[int | None] = mapped_column(Integer)
     approvals_required: Mapped[int] = mapped_column(Integer, default=1)
     ttl_seconds: Mapped[int] = mapped_column(Integer, default=24 * 3600)
+    # how long a call waits before the tenant's channels are reminded; NULL: the default (agent/policies.py)
+    remind_after_seconds: Mapped[int | None] = mapped_column(Integer)
     # what may run with no person, added up (webapp/agent/policies.py Limits); NULL: the tool's defaults
     limits: Mapped[dict | None] = mapped_column(JSONType)
     version: Mapped[int] = mapped_column(Integer, default=1)
@@ -416,6 +427,48 @@ class Decision(Base):
     reviewer: Mapped[User] = relationship()
 
     __table_args__ = (UniqueConstraint("tool_call_id", "reviewer_id", name="uq_decisions_call_reviewer"),)
+
+
+class NotificationChannel(Base):
+    """Where a tenant is told that calls wait: a webhook (Slack-compatible, signed with the tenant's
+    secret, kept sealed) or e-mail to a list of addresses. At most one of each kind per tenant."""
+
+    __tablename__ = "notification_channels"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    kind: Mapped[str] = mapped_column(String(16))  # webhook | email
+    url: Mapped[str | None] = mapped_column(String(2000))  # webhook
+    secret_sealed: Mapped[str | None] = mapped_column(Text)  # webhook: the signing secret (webapp/sealing.py)
+    recipients: Mapped[list | None] = mapped_column(JSONType)  # email: addresses
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "kind", name="uq_notification_channels_tenant_kind"),)
+
+
+class NotificationDelivery(Base):
+    """One attempt to deliver one notice (a reminder, an escalation, a test) through one channel."""
+
+    __tablename__ = "notification_deliveries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    channel_id: Mapped[int | None] = mapped_column(ForeignKey("notification_channels.id"))  # NULL: removed since
+    channel_kind: Mapped[str] = mapped_column(String(16))
+    tool_call_id: Mapped[int | None] = mapped_column(ForeignKey("tool_calls.id"))  # NULL: a test
+    kind: Mapped[str] = mapped_column(String(16))  # reminder | escalation | test
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str] = mapped_column(String(16))  # delivered | failed | skipped
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)  # why it failed (an HTTP status, the SMTP server's answer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        Index("ix_notification_deliveries_tenant_id", "tenant_id", "id"),
+        Index("ix_notification_deliveries_call", "tool_call_id", "channel_id", "kind"),
+    )
 
 
 # --- the demo billing domain --------------------------------------------------------------------

@@ -73,6 +73,7 @@ PREFIX_EXPECTED = {
     "users.": {"admin"},
     "policies.": {"admin"},
     "assistant.": {"admin"},
+    "notifications.": {"admin"},
     "tokens.": EVERYONE,
     "approvals.": {"reviewer"},
     "live.": EVERYONE,
@@ -128,6 +129,7 @@ def sample(app, api, model):
         "user_id": target.id,
         "token_id": token.id,
         "tool_name": "send_email",
+        "kind": "email",  # a notification channel
     }
     db.session.remove()
     return values

@@ -38,6 +38,11 @@ def save_policy(tool_name: str):
         approvals_needed = _whole(form.get("approvals_required") or "0", "Approvals needed", field="approvals_required")
         ttl_hours = _number(form.get("ttl_hours") or "24", "Hours to decide", "ttl_hours")
         limits = _limits(form)
+        remind = (
+            _whole(form.get("remind_after_minutes"), "Remind after (minutes)", scale=60, field="remind_after_minutes")
+            if "remind_after_minutes" in form
+            else policy_rules.KEEP
+        )
         before, after = policy_rules.save_policy(
             db.session,
             _admin().tenant_id,
@@ -48,6 +53,7 @@ def save_policy(tool_name: str):
             ttl_seconds=round(ttl_hours * 3600),
             by_user_id=_admin().id,
             limits=limits,
+            remind_after_seconds=remind,
         )
     except policy_rules.PolicyError as exc:
         db.session.rollback()

@@ -660,6 +660,7 @@ class Loop:
             call.approvals_required = max(policy.approvals_required, 1)
             call.policy = {**policy.snapshot(), "limit": limit}
             call.expires_at = policy.expires_at()
+            call.remind_at, call.escalate_at = policy.notice_times(call.expires_at)
             call.status = CallStatus.AWAITING_APPROVAL
         return call
 

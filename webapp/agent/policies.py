@@ -95,6 +95,12 @@ _RAN = (CallStatus.PENDING, CallStatus.RUNNING, CallStatus.AWAITING_TASK, CallSt
 DEFAULT_LIMITS = {
     "issue_refund": Limits(conversation_count=3, conversation_cents=10_000, customer_day_cents=20_000),
 }
+# A waiting call reminds the tenant's channels after the policy's reminder time; without one, after
+# an hour or a quarter of the time to decide, whichever is sooner. It escalates to the tenant's admins
+# when this share of the time to decide is left.
+DEFAULT_REMIND_AFTER_SECONDS = 3600
+ESCALATE_WHEN_LEFT = 0.2
+KEEP = object()  # save_policy: keep what the policy has
 
 
 def _dollars(cents: int | None) -> str | None:
@@ -110,6 +116,7 @@ class Policy:
     ttl_seconds: int = DAY
     version: int = 0  # 0: the built-in default, never edited
     limits: Limits = field(default_factory=Limits)
+    remind_after_seconds: int | None = None  # None: the default (DEFAULT_REMIND_AFTER_SECONDS)
 
     def needs_approval(self, arguments: dict) -> bool:
         """Whether a call with these arguments must wait for people."""
@@ -181,6 +188,20 @@ class Policy:
     def expires_at(self):
         return utcnow() + timedelta(seconds=self.ttl_seconds)
 
+    @property
+    def reminder_seconds(self) -> int:
+        """How long a call waits before the tenant's channels are reminded."""
+        if self.remind_after_seconds is not None:
+            return self.remind_after_seconds
+        return min(DEFAULT_REMIND_AFTER_SECONDS, self.ttl_seconds // 4)
+
+    def notice_times(self, expires_at):
+        """When a call flagged now (expiring at `expires_at`) reminds, and when it escalates."""
+        return (
+            utcnow() + timedelta(seconds=self.reminder_seconds),
+            expires_at - timedelta(seconds=self.ttl_seconds * ESCALATE_WHEN_LEFT),
+        )
+
 
 def default_policy(tool: Tool) -> Policy:
     if not tool.sensitive:
@@ -204,6 +225,7 @@ def policy_for(session: Session, tenant_id: int, tool: Tool) -> Policy:
         row.ttl_seconds,
         row.version,
         limits,
+        row.remind_after_seconds,
     )
 
 
@@ -218,9 +240,11 @@ def save_policy(
     ttl_seconds: int,
     by_user_id: int,
     limits: Limits | None = None,
+    remind_after_seconds: int | None | object = KEEP,
 ) -> tuple[Policy, Policy]:
     """Store a new version of the tool's policy; returns (before, after). PolicyError on bad values.
-    Without `limits`, the policy keeps the limits it has."""
+    Without `limits`, the policy keeps the limits it has; without `remind_after_seconds` (None: the
+    default), its reminder time."""
     if mode not in MODES:
         raise PolicyError(f"The rule must be one of: {', '.join(MODES)}.", "mode")
     if tool.sensitive and mode == "never":
@@ -247,6 +271,16 @@ def save_policy(
     if not isinstance(ttl_seconds, int) or not 300 <= ttl_seconds <= 30 * DAY:
         raise PolicyError("The time to decide must be from 5 minutes to 30 days.", "ttl_hours")
     before = policy_for(session, tenant_id, tool)
+    if remind_after_seconds is KEEP:
+        remind_after_seconds = before.remind_after_seconds
+    if remind_after_seconds is not None and (
+        not isinstance(remind_after_seconds, int) or not 60 <= remind_after_seconds < ttl_seconds
+    ):
+        raise PolicyError(
+            "The reminder must come at least a minute after a call starts waiting, and before its time to decide "
+            f"runs out (less than {ttl_seconds / 60:g} minutes); leave it empty for the default.",
+            "remind_after_minutes",
+        )
     limits = before.limits if limits is None else limits
     _check_limits(tool, limits)
     row = session.scalar(select(ToolPolicy).where(ToolPolicy.tenant_id == tenant_id, ToolPolicy.tool_name == tool.name))
@@ -258,6 +292,7 @@ def save_policy(
     row.approvals_required = approvals_required
     row.ttl_seconds = ttl_seconds
     row.limits = asdict(limits)
+    row.remind_after_seconds = remind_after_seconds
     row.version = max(row.version, before.version) + 1
     row.updated_by_id = by_user_id
     row.updated_at = utcnow()

@@ -104,3 +104,27 @@ def stranded(session: Session, grace_seconds: float, limit: int = 500) -> list[C
             .limit(limit)
         )
     )
+
+
+# A waiting call's reminder and escalation: each column holds when it is due, and the sweep that
+# sends it sets it to NULL in the same UPDATE that finds it.
+NOTICE_DUE = {"reminder": (ToolCall.remind_at, "reminded_at"), "escalation": (ToolCall.escalate_at, "escalated_at")}
+
+
+def due_notices(session: Session, kind: str, limit: int = 500) -> list[tuple[int, int]]:
+    """Mark the waiting calls whose reminder (or escalation) is due as sent, and return them as
+    (call id, tenant id). One guarded UPDATE: a call is returned to exactly one sweep, however many run
+    at once (a second finds its column already NULL; PostgreSQL re-checks the condition on the row
+    another sweep just updated)."""
+    due_at, sent_at = NOTICE_DUE[kind]
+    now = utcnow()
+    waiting = (ToolCall.status == CallStatus.AWAITING_APPROVAL, due_at <= now)
+    batch = select(ToolCall.id).where(*waiting).order_by(due_at).limit(limit).scalar_subquery()
+    rows = session.execute(
+        update(ToolCall)
+        .where(ToolCall.id.in_(batch), *waiting)
+        .values({due_at.key: None, sent_at: now})
+        .returning(ToolCall.id, ToolCall.tenant_id)
+        .execution_options(synchronize_session=False)
+    ).all()
+    return [(call_id, tenant_id) for call_id, tenant_id in rows]

@@ -59,6 +59,15 @@ def pending_count(user: User) -> int:
     )
 
 
+def oldest_waiting_since(user: User):
+    """When the longest-waiting call of this person's tenant started waiting (None: nothing waits)."""
+    return db.session.scalar(
+        select(func.min(ToolCall.created_at)).where(
+            ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL
+        )
+    )
+
+
 def find_call(session: Session, user: User, tool_call_id: int) -> ToolCall:
     call = session.scalar(select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.tenant_id == user.tenant_id))
     if call is None:

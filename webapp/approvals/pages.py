@@ -26,7 +26,7 @@ from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
-from webapp.tools.presenting import changes, money, more_approvals
+from webapp.tools.presenting import changes, duration, money, more_approvals
 from webapp.tools.registry import Review
 from webapp.web import htmx
 from webapp.web.errors import Refused
@@ -110,6 +110,7 @@ def index():
         else None,
         now=utcnow(),
         total=approvals.pending_count(current_user),
+        oldest=approvals.oldest_waiting_since(current_user),
     )
 
 
@@ -339,14 +340,7 @@ def key_arguments(call: ToolCall) -> str:
 
 
 def age(moment, now) -> str:
-    seconds = max(0, int((now - moment).total_seconds()))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    if seconds < 86400:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+    return duration((now - moment).total_seconds())
 
 
 @bp.app_template_filter("key_arguments")

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 MOVE_JOB = "jobs.moves.advance_conversation"
 SWEEP_JOB = "jobs.moves.sweep"
 WAKE_JOB = "jobs.moves.wake_for_tasks"
+NOTICE_JOB = "jobs.notify.deliver"
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 
@@ -113,6 +114,31 @@ class Dispatcher:
                 SWEEP_JOB, job_id=f"sweep-{bucket}", unique=True, at_front=True, result_ttl=60, job_timeout=300
             )
         except DuplicateJobError:
+            return False
+        return True
+
+    def enqueue_notice(self, channel_id: int, tool_call_id: int, kind: str) -> bool:
+        """Enqueue the delivery of a call's reminder or escalation through one channel, retried with
+        NOTIFY_RETRY_INTERVALS; False if that job exists already or Redis cannot take it (the notice is
+        then not sent: the call was marked reminded, and the inbox still shows it)."""
+        intervals = list(self.config.notify_retry_intervals)
+        try:
+            self.queue.enqueue(
+                NOTICE_JOB,
+                channel_id,
+                tool_call_id,
+                kind,
+                job_id=f"notice-{kind}-{tool_call_id}-{channel_id}",
+                unique=True,
+                retry=Retry(max=len(intervals), interval=intervals) if intervals else None,
+                job_timeout=max(60, int(self.config.notify_timeout_seconds * 3)),
+                result_ttl=0,  # the deliveries table holds the outcome
+                failure_ttl=7 * 24 * 3600,
+            )
+        except DuplicateJobError:
+            return False
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not enqueue the %s of tool call %s: %s", kind, tool_call_id, exc)
             return False
         return True
 

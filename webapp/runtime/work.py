@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 
+from webapp import notify
 from webapp.agent import decisions, moves, sweeper
 from webapp.models import Conversation
 from webapp.runtime.extensions import db
@@ -53,8 +54,9 @@ def move(conversation_id: int, version: int, job=None) -> str:
 
 def sweep() -> int:
     """Re-enqueue every conversation that should be moving but has no live move, settle the tool calls
-    whose time to decide ran out, and wake parked conversations that should be moving (a task due, a
-    call approved) but were never woken; returns how many conversations were re-enqueued."""
+    whose time to decide ran out, wake parked conversations that should be moving (a task due, a call
+    approved) but were never woken, and send the reminders and escalations that are due (one delivery
+    job per channel); returns how many conversations were re-enqueued."""
     desk = services()
     dispatcher = desk.dispatcher
     recovered = []
@@ -79,8 +81,16 @@ def sweep() -> int:
             db.session.commit()
             if version is not None:
                 woken.append((cid, version, tenant_id))
+        notices = [
+            (call, tenant, kind) for kind in notify.KINDS for call, tenant in sweeper.due_notices(db.session, kind)
+        ]
+        db.session.commit()
+        channels = notify.channel_ids_by_tenant(db.session, {tenant for _, tenant, _ in notices})
     finally:
         db.session.remove()
+    for call_id, tenant_id, kind in notices:
+        for channel_id in channels.get(tenant_id, ()):
+            dispatcher.enqueue_notice(channel_id, call_id, kind)
     for cid, version, tenant_id in woken:
         dispatcher.enqueue_move(cid, version)
         dispatcher.changed(tenant_id, cid)
@@ -88,6 +98,22 @@ def sweep() -> int:
         dispatcher.enqueue_move(cid, version, recovery)
         log.info("sweeper re-enqueued conversation %s at version %s", cid, version)
     return len(recovered)
+
+
+def deliver_notice(channel_id: int, tool_call_id: int, kind: str, job=None) -> str:
+    """Send a waiting call's reminder or escalation through one channel, logging the attempt; a failed
+    attempt raises DeliveryFailed while `job` has retries left, so RQ tries again after its backoff."""
+    desk = services()
+    try:
+        row, outcome = notify.deliver(db.session, desk.config, desk.tools, channel_id, tool_call_id, kind)
+        db.session.commit()
+    finally:
+        db.session.remove()
+    if row is None:
+        return "nothing to send"
+    if not outcome.delivered and outcome.retry and job is not None and job.retries_left:
+        raise notify.DeliveryFailed(outcome.error)
+    return row.status
 
 
 def wake_for_tasks(conversation_id: int) -> bool:

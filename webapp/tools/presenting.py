@@ -135,3 +135,15 @@ def more_approvals(count: int) -> str:
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """1 approval, 2 approvals."""
     return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def duration(seconds: float) -> str:
+    """A span of time as people say it: 45s, 12 min, 2 h 10 min, 3 d 4 h."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
