@@ -1,13 +1,14 @@
 """What people do with accounts that the pages, the API and the command line share: API tokens
-(issue, list, revoke) and unlocking an account that failed sign-ins locked. Each checks who may do
-it, audits, and commits."""
+(issue, list, revoke), unlocking an account that failed sign-ins locked, and the model endpoints
+that serve a tenant. Each checks who may do it, audits, and commits."""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain, identity
-from webapp.models import MAX_ROW_ID, ApiToken, User
+from webapp.llm import endpoints
+from webapp.models import MAX_ROW_ID, ApiToken, Tenant, User
 from webapp.web.errors import Refused
 from webapp.web.security import unlock_account
 
@@ -79,3 +80,34 @@ def unlock(session: Session, actor: User, user: User) -> bool:
     )
     session.commit()
     return was_locked
+
+
+def set_tenant_models(
+    session: Session,
+    tenant_slug: str,
+    endpoint_name: str | None,
+    small_endpoint_name: str | None | object = endpoints.KEEP,
+    *,
+    actor: User | None = None,
+    actor_label: str | None = None,
+) -> tuple[Tenant, str, str | None]:
+    """Serve the tenant from an endpoint (None: the desk's default model), with a small endpoint that
+    routes simple questions to itself (None: no routing; endpoints.KEEP: as it is). Audited and
+    committed; an EndpointError (nothing changed) says what to fix. Returns the tenant and the names
+    of its endpoint and small endpoint."""
+    try:
+        tenant = endpoints.set_tenant_endpoint(session, tenant_slug, endpoint_name, small_endpoint_name)
+    except endpoints.EndpointError:
+        session.rollback()
+        raise
+    name, small_name = endpoints.endpoint_names(session, tenant)
+    audit_chain.record(
+        session,
+        "tenant_model_set",
+        tenant_id=tenant.id,
+        actor=actor,
+        actor_label=actor_label,
+        data={"endpoint": name, "small_endpoint": small_name},
+    )
+    session.commit()
+    return tenant, name, small_name
