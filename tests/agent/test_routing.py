@@ -133,7 +133,7 @@ def test_the_tenants_rules_make_a_question_complex_before_the_small_model_is_ask
         session, agent.tenant_id, register="", rules="", one_call_per_reply=False, by_user_id=None, complex_length="20"
     )
     session.commit()
-    assert ask(session, desk, agent, "Look up bo@example.com").route_reason == "large: rule: longer than 20 characters"
+    assert ask(session, desk, agent, "Look up bo@example.com").route_reason == "large: longer than 20 characters"
 
 
 def test_a_failed_classification_falls_back_to_the_large_endpoint_and_says_so(session, desk, agent, model, small):

@@ -132,7 +132,7 @@ def complex_rule(question: str, settings: AssistantSettings | None) -> str | Non
     if settings is None:
         return None
     if settings.complex_length and len(question) > settings.complex_length:
-        return f"rule: longer than {settings.complex_length:,} characters"
+        return f"longer than {settings.complex_length:,} characters"
     lowered = question.lower()
     for word in (settings.complex_words or "").splitlines():
         if re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", lowered):
