@@ -84,6 +84,7 @@ def _register_features(app: Flask) -> None:
     from webapp.audit import pages as audit
     from webapp.conversations import live
     from webapp.conversations import pages as conversations
+    from webapp.ops import endpoints as endpoint_pages
     from webapp.ops import health, metrics
     from webapp.ops import pages as ops
     from webapp.web import home, security
@@ -106,6 +107,7 @@ def _register_features(app: Flask) -> None:
         ops.bp,
     ):
         app.register_blueprint(blueprint)
+    app.register_blueprint(endpoint_pages.bp)  # the operators' model endpoints
     metrics.init_app(app)
     app.context_processor(lambda: {"nav_items": navigation.nav_items()})
     cli.register(app)

@@ -11,6 +11,7 @@ from flask.cli import AppGroup
 from sqlalchemy import select
 
 from webapp import audit_anchor, audit_chain
+from webapp.accounts import actions as account_actions
 from webapp.identity import (
     MAX_TOKEN_DAYS,
     AccountError,
@@ -23,6 +24,7 @@ from webapp.identity import (
 )
 from webapp.llm import endpoints
 from webapp.models import ROLES, User
+from webapp.ops import actions as ops_actions
 from webapp.runtime import embedded_redis
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
@@ -294,10 +296,11 @@ def register(app: Flask) -> None:
     def endpoint_add_command(name, base_url, model, api_key, api_key_env, protocol, context_window) -> None:
         """Register an endpoint NAME (a-z, 0-9, - and _)."""
         try:
-            endpoint = endpoints.add_endpoint(
+            endpoint = ops_actions.add_endpoint(
                 db.session,
                 services().config,
                 name,
+                actor_label="command line",
                 base_url=base_url,
                 model=model,
                 api_key=api_key,
@@ -306,11 +309,7 @@ def register(app: Flask) -> None:
                 context_window=context_window,
             )
         except endpoints.EndpointError as exc:
-            db.session.rollback()
             raise click.UsageError(str(exc)) from None
-        data = {"name": endpoint.name, "base_url": endpoint.base_url, "model": endpoint.model, "protocol": protocol}
-        audit_chain.record(db.session, "endpoint_added", tenant_id=None, actor_label="command line", data=data)
-        db.session.commit()
         click.echo(f"Added {endpoints.describe(endpoint)}")
 
     @endpoint_group.command("list")
@@ -319,17 +318,20 @@ def register(app: Flask) -> None:
         from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
 
         served: dict[int | None, list[str]] = {}
-        tenants = select(Tenant.slug, Tenant.endpoint_id).where(
+        classifies: dict[int | None, list[str]] = {}
+        tenants = select(Tenant.slug, Tenant.endpoint_id, Tenant.small_endpoint_id).where(
             Tenant.slug != OPERATIONS_SLUG
         )  # (operators talk to no model)
-        for slug, endpoint_id in db.session.execute(tenants.order_by(Tenant.slug)):
+        for slug, endpoint_id, small_id in db.session.execute(tenants.order_by(Tenant.slug)):
             served.setdefault(endpoint_id, []).append(slug)
+            classifies.setdefault(small_id, []).append(slug)
         click.echo(
             f"default: {services().config.model} (configured); serves {', '.join(served.get(None, [])) or 'no tenant'}"
         )
         for endpoint in db.session.scalars(select(ModelEndpoint).order_by(ModelEndpoint.name)):
+            small = f"; small endpoint of {', '.join(classifies[endpoint.id])}" if endpoint.id in classifies else ""
             click.echo(
-                f"{endpoints.describe(endpoint)}; serves {', '.join(served.get(endpoint.id, [])) or 'no tenant'}"
+                f"{endpoints.describe(endpoint)}; serves {', '.join(served.get(endpoint.id, [])) or 'no tenant'}{small}"
             )
 
     app.cli.add_command(endpoint_group)
@@ -339,21 +341,29 @@ def register(app: Flask) -> None:
     @tenant_group.command("set-model")
     @click.argument("slug")
     @click.option("--endpoint", "endpoint_name", required=True, help='A registered endpoint, or "default".')
-    def tenant_set_model_command(slug: str, endpoint_name: str) -> None:
-        """Serve the tenant's conversations from an endpoint ("default": the configured model)."""
+    @click.option(
+        "--small-endpoint",
+        "small_endpoint_name",
+        default=None,
+        help='A registered endpoint that classifies each new question, so simple ones run on it; "none": '
+        "no routing. Left out: as it is.",
+    )
+    def tenant_set_model_command(slug: str, endpoint_name: str, small_endpoint_name: str | None) -> None:
+        """Serve the tenant's conversations from an endpoint ("default": the configured model), and
+        route simple questions to a small endpoint."""
         chosen = None if endpoint_name.strip().lower() == "default" else endpoint_name
+        small = endpoints.KEEP
+        if small_endpoint_name is not None:
+            small = None if small_endpoint_name.strip().lower() == "none" else small_endpoint_name
         try:
-            tenant = endpoints.set_tenant_endpoint(db.session, slug, chosen)
+            tenant, name, small_name = account_actions.set_tenant_models(
+                db.session, slug, chosen, small, actor_label="command line"
+            )
         except endpoints.EndpointError as exc:
-            db.session.rollback()
             raise click.UsageError(str(exc)) from None
-        name = chosen.strip().lower() if chosen else "default"
-        audit_chain.record(
-            db.session, "tenant_model_set", tenant_id=tenant.id, actor_label="command line", data={"endpoint": name}
-        )
-        db.session.commit()
+        routing = f"; simple questions go to {small_name}" if small_name else "; no routing by difficulty"
         click.echo(
-            f"Tenant {tenant.slug} is now served by {name}; running workers follow within "
+            f"Tenant {tenant.slug} is now served by {name}{routing}. Running workers follow within "
             f"{endpoints.CHOICE_SECONDS:g} seconds."
         )
 

@@ -97,6 +97,8 @@ class Tenant(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # the endpoint that serves this tenant's conversations; None: the configured default model
     endpoint_id: Mapped[int | None] = mapped_column(ForeignKey("model_endpoints.id"))
+    # the small endpoint that classifies each new question (routing by difficulty); None: no routing
+    small_endpoint_id: Mapped[int | None] = mapped_column(ForeignKey("model_endpoints.id"))
 
 
 class AssistantSettings(Base):
@@ -112,6 +114,10 @@ class AssistantSettings(Base):
     register: Mapped[str] = mapped_column(String(200), default="")
     rules: Mapped[str] = mapped_column(Text, default="")
     one_call_per_reply: Mapped[bool] = mapped_column(Boolean, default=False)
+    # routing rules, checked before the small model is asked: words (one a line) or a length in
+    # characters past which a question is complex and goes to the large endpoint
+    complex_words: Mapped[str | None] = mapped_column(Text)
+    complex_length: Mapped[int | None] = mapped_column(Integer)
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -233,6 +239,10 @@ class Conversation(Base):
     stop_reason: Mapped[str | None] = mapped_column(String(32))  # of the last model call
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
+    # the current run's route when its tenant routes by difficulty: "small" or "large" and why
+    # (None: not routed yet); every move of the run goes to that endpoint
+    route: Mapped[str | None] = mapped_column(String(16))
+    route_reason: Mapped[str | None] = mapped_column(String(160))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
@@ -362,6 +372,8 @@ class ModelCall(Base):
     summary_id: Mapped[int | None] = mapped_column(ForeignKey("summaries.id"))
     endpoint: Mapped[str | None] = mapped_column(String(64))  # the endpoint that served it; None: the default
     settings_version: Mapped[int | None] = mapped_column(Integer)  # the tenant's AssistantSettings in force
+    # why that endpoint served it: "not routed", "small: classified simple", "large: rule 'refund'" ...
+    route: Mapped[str | None] = mapped_column(String(160))
 
 
 class ToolPolicy(Base):

@@ -4,13 +4,15 @@ tenant only; bad input refused next to its field with what was typed kept."""
 
 from __future__ import annotations
 
+from html import unescape
+
 import pytest
 from sqlalchemy import select
 
 from tests.clients import sign_in
 from tests.conftest import wait_until
 from tests.integration.test_workers import start, wait_status
-from webapp.models import AssistantSettings, AuditEvent, Message, ModelCall
+from webapp.models import AssistantSettings, AuditEvent, Message, ModelCall, Tenant
 
 ADMIN = "admin@acme.test"
 RULES = "Never promise a refund date.\nSign every answer as Acme Billing."
@@ -45,6 +47,8 @@ def test_saved_settings_make_a_new_version_and_are_audited(admin, read):
         "register": "formal, no emoji",
         "rules": RULES,
         "one_call_per_reply": True,
+        "complex_words": [],
+        "complex_length": None,
     }
 
 
@@ -110,3 +114,79 @@ def replies(read, conversation_id: int) -> list[dict]:
     """The assistant's messages of the conversation, as stored."""
     rows = select(Message.content).where(Message.conversation_id == conversation_id, Message.role == "assistant")
     return [{"content": content} for content in read(lambda s: list(s.scalars(rows)))]
+
+
+# --- the model and routing by difficulty ---------------------------------------------------------
+
+
+def models_of(read, slug: str) -> tuple:
+    """The tenant's endpoint and small endpoint (ids)."""
+    query = select(Tenant.endpoint_id, Tenant.small_endpoint_id).where(Tenant.slug == slug)
+    return tuple(read(lambda s: s.execute(query).one()))
+
+
+@pytest.fixture
+def registered(cli):
+    for name, model in (("big", "claude-sonnet-4-5"), ("mini", "claude-haiku-4-5")):
+        added = cli("endpoint", "add", name, "--base-url", "http://10.0.0.7:8080", "--model", model, "--api-key", "k")
+        assert added.exit_code == 0, added.output
+
+
+def test_an_admin_chooses_the_endpoint_and_the_small_endpoint_among_the_registered_ones(admin, read, registered):
+    page = admin.get("/admin/assistant").text
+    assert "big: claude-sonnet-4-5" in page and "mini: claude-haiku-4-5" in page
+    assert "10.0.0.7" not in page and "No routing by difficulty" in page  # (the servers are the operators')
+
+    chosen = admin.post("/admin/assistant/model", {"endpoint": "big", "small_endpoint": "mini"})
+    assert chosen.status_code == 303
+    page = admin.get("/admin/assistant").text
+    assert "The assistant is now served by big; simple questions go to mini." in page
+    assert "simple ones run on <strong>claude-haiku-4-5</strong>" in page
+    assert None not in models_of(read, "acme")
+    assert models_of(read, "globex") == (None, None)  # another tenant's choice is untouched
+    event = read(
+        lambda s: s.scalar(
+            select(AuditEvent).where(AuditEvent.action == "tenant_model_set").order_by(AuditEvent.id.desc())
+        )
+    )
+    assert event.actor_label == ADMIN and event.data == {"endpoint": "big", "small_endpoint": "mini"}
+
+    assert admin.post("/admin/assistant/model", {"endpoint": "default", "small_endpoint": ""}).status_code == 303
+    assert models_of(read, "acme") == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("form", "says"),
+    [
+        ({"endpoint": "nope", "small_endpoint": ""}, "There is no endpoint 'nope' (registered: big, mini)."),
+        ({"endpoint": "big", "small_endpoint": "gone"}, "There is no endpoint 'gone'"),
+        ({"endpoint": "big", "small_endpoint": "big"}, "The small endpoint is the endpoint itself"),
+        ({"endpoint": "big", "small_endpoint": "", "tone": "warm"}, "This form has no field tone; reload the page."),
+    ],
+)
+def test_a_model_choice_that_cannot_be_is_refused_with_the_choice_kept(admin, read, registered, form, says):
+    refused = admin.post("/admin/assistant/model", form)
+    assert refused.status_code == 422
+    page = unescape(refused.text)
+    assert says in page
+    assert f'<option value="{form["endpoint"]}" selected>' in page
+    assert models_of(read, "acme") == (None, None)
+
+
+def test_routing_rules_are_saved_as_a_version_and_bad_ones_are_refused_with_what_was_typed(admin, read):
+    rules = {"register": "", "rules": "", "complex_words": "Refund, close the account\nrefund", "complex_length": "400"}
+    saved = admin.post("/admin/assistant", rules)
+    assert saved.status_code == 303
+    row = read(lambda s: s.scalar(select(AssistantSettings).order_by(AssistantSettings.id.desc())))
+    assert (row.complex_words, row.complex_length) == ("refund\nclose the account", 400)
+    assert "words: refund, close the account; over 400 characters" in admin.get("/admin/assistant").text
+
+    typed = {"register": "", "rules": "", "complex_words": "dispute", "complex_length": "long"}
+    refused = admin.post("/admin/assistant", typed)
+    assert refused.status_code == 422
+    page = unescape(refused.text)
+    assert "'long' is not a number of characters, e.g. 400." in page
+    assert 'aria-describedby="complex-length-error"' in page
+    assert ">dispute</textarea>" in page and 'value="long"' in page
+    short = admin.post("/admin/assistant", {"register": "", "rules": "", "complex_length": "5"})
+    assert short.status_code == 422 and "between 20 and 100,000 characters" in short.text

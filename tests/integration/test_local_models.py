@@ -105,3 +105,34 @@ def test_a_tenant_can_only_be_set_to_an_endpoint_that_exists(cli):
     assert "There is no tenant 'nowhere'" in cli("tenant", "set-model", "nowhere", "--endpoint", "default").output
     back = cli("tenant", "set-model", "acme", "--endpoint", "default")
     assert back.exit_code == 0 and "Tenant acme is now served by default" in back.output
+
+
+def test_a_tenant_with_a_small_endpoint_routes_each_question_through_a_worker(app, api, workers, model, cli, read):
+    """The large endpoint is the `model` server, the small one a second local server: a short look-up
+    runs on the small one, a question with a change in it on the large one, every move of each."""
+    with ModelServer() as local:
+        for name, url in (("large", model.url), ("small", local.url)):
+            added = cli("endpoint", "add", name, "--base-url", url, "--model", f"{name}-model")
+            assert added.exit_code == 0, added.output
+        routed = cli("tenant", "set-model", "acme", "--endpoint", "large", "--small-endpoint", "small")
+        assert routed.exit_code == 0, routed.output
+        workers()
+
+        simple = start(api, "Look up ada@example.com")
+        assert wait_status(api, simple, "completed", "failed")["status"] == "completed"
+        complex_ = start(api, "Show invoices for customer 4471 and explain why the second differs")
+        assert wait_status(api, complex_, "completed", "failed")["status"] == "completed"
+
+        asked = [body["model"] for body in local.requests]
+        assert asked.count("small-model") == 4  # two classifications, then the simple run's lookup and answer
+        assert model.requests and {body["model"] for body in model.requests} == {"large-model"}
+        calls = select(ModelCall.conversation_id, ModelCall.purpose, ModelCall.endpoint, ModelCall.route)
+        served = read(lambda s: list(s.execute(calls)))
+        assert {row[1:] for row in served if row[0] == simple} == {
+            ("route", "small", "small: classifies the question"),
+            ("answer", "small", "small: classified simple"),
+        }
+        assert {row[1:] for row in served if row[0] == complex_} == {
+            ("route", "small", "small: classifies the question"),
+            ("answer", "large", "large: classified complex"),
+        }

@@ -66,6 +66,10 @@ EXPECTED = {
     "ops.requeue_job": {"admin", "operator"},
     "ops.delete_job": {"admin", "operator"},
     "ops.retry_conversation": {"admin"},  # a conversation is a tenant's: never an operator's
+    "endpoints.index": {"operator"},  # fleet-wide records: tenants choose among them on their assistant page
+    "endpoints.create": {"operator"},
+    "endpoints.edit": {"operator"},
+    "endpoints.update": {"operator"},
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}
@@ -130,6 +134,7 @@ def sample(app, api, model):
         "token_id": token.id,
         "tool_name": "send_email",
         "kind": "email",  # a notification channel
+        "name": "no-such-endpoint",  # an endpoint's page (operators): 404 for them, refused for the rest
     }
     db.session.remove()
     return values

@@ -1,6 +1,7 @@
 """What people do with accounts that the pages, the API and the command line share: API tokens
-(issue, list, revoke), unlocking an account that failed sign-ins locked, and the tenant's
-notification channels. Each checks who may do it, audits, and commits."""
+(issue, list, revoke), unlocking an account that failed sign-ins locked, disabling a person, the
+tenant's notification channels, and the model endpoints that serve the tenant. Each checks who may
+do it, audits, and commits."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from sqlalchemy.orm import Session
 from webapp import audit_chain, identity, notify
 from webapp.config import Config
 from webapp.conversations import actions as conversation_actions
-from webapp.models import MAX_ROW_ID, ApiToken, NotificationChannel, NotificationDelivery, User, utcnow
+from webapp.llm import endpoints
+from webapp.models import MAX_ROW_ID, ApiToken, NotificationChannel, NotificationDelivery, Tenant, User, utcnow
 from webapp.web.errors import Refused
 from webapp.web.security import unlock_account
 
@@ -199,3 +201,34 @@ def send_test(session: Session, config: Config, actor: User, kind: str) -> Notif
     row = notify.record(session, channel, None, "test", outcome, 1)
     session.commit()
     return row
+
+
+def set_tenant_models(
+    session: Session,
+    tenant_slug: str,
+    endpoint_name: str | None,
+    small_endpoint_name: str | None | object = endpoints.KEEP,
+    *,
+    actor: User | None = None,
+    actor_label: str | None = None,
+) -> tuple[Tenant, str, str | None]:
+    """Serve the tenant from an endpoint (None: the desk's default model), with a small endpoint that
+    routes simple questions to itself (None: no routing; endpoints.KEEP: as it is). Audited and
+    committed; an EndpointError (nothing changed) says what to fix. Returns the tenant and the names
+    of its endpoint and small endpoint."""
+    try:
+        tenant = endpoints.set_tenant_endpoint(session, tenant_slug, endpoint_name, small_endpoint_name)
+    except endpoints.EndpointError:
+        session.rollback()
+        raise
+    name, small_name = endpoints.endpoint_names(session, tenant)
+    audit_chain.record(
+        session,
+        "tenant_model_set",
+        tenant_id=tenant.id,
+        actor=actor,
+        actor_label=actor_label,
+        data={"endpoint": name, "small_endpoint": small_name},
+    )
+    session.commit()
+    return tenant, name, small_name

@@ -1,6 +1,8 @@
-"""The assistant admin page: how the tenant's assistant writes (its register), extra rules for its
-system prompt, and one tool call per reply; which model serves the tenant (set by an operator with
-`flask tenant set-model`). Every save makes a new version and is audited."""
+"""The assistant admin page: which model serves the tenant (an endpoint an operator registered, or
+the desk's default) and the small endpoint that routes simple questions to itself; how the assistant
+writes (its register), extra rules for its system prompt, one tool call per reply, and the routing
+rules that make a question complex before the small model is asked. Every save of the settings makes
+a new version; every change is audited."""
 
 from __future__ import annotations
 
@@ -9,14 +11,18 @@ from flask_login import current_user
 from sqlalchemy import select
 
 from webapp import audit_chain
+from webapp.accounts import actions
 from webapp.agent import assistant_settings
-from webapp.models import ModelEndpoint, Tenant
+from webapp.llm import endpoints
+from webapp.models import ModelEndpoint
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.security import roles_required
 
 bp = Blueprint("assistant", __name__, url_prefix="/admin/assistant")
-FIELDS = frozenset({"csrf_token", "register", "rules", "one_call_per_reply"})
+FIELDS = frozenset({"csrf_token", "register", "rules", "one_call_per_reply", "complex_words", "complex_length"})
+MODEL_FIELDS = frozenset({"csrf_token", "endpoint", "small_endpoint"})
+DEFAULT, NONE = "default", ""  # the form's values for the desk's default model and for no small endpoint
 
 
 @bp.get("")
@@ -33,6 +39,8 @@ def save():
         "register": request.form.get("register", ""),
         "rules": request.form.get("rules", ""),
         "one_call_per_reply": request.form.get("one_call_per_reply") == "on",
+        "complex_words": request.form.get("complex_words", ""),
+        "complex_length": request.form.get("complex_length", ""),
     }
     unknown = sorted(set(request.form) - FIELDS)
     try:
@@ -41,7 +49,7 @@ def save():
         before, after = assistant_settings.save(db.session, admin.tenant_id, **typed, by_user_id=admin.id)
     except assistant_settings.SettingsError as exc:
         db.session.rollback()
-        return _page(typed, {exc.field: str(exc)}), 422
+        return _page(typed=typed, errors={exc.field: str(exc)}), 422
     audit_chain.record(
         db.session,
         "assistant_settings_changed",
@@ -54,24 +62,66 @@ def save():
     return redirect(url_for(".index"), code=303)
 
 
-def _page(typed: dict | None = None, errors: dict | None = None) -> str:
-    tenant_id = current_user.tenant_id
-    now = assistant_settings.current(db.session, tenant_id)
+@bp.post("/model")
+@roles_required("admin")
+def set_model():
+    admin = current_user._get_current_object()
+    chosen = {
+        "endpoint": request.form.get("endpoint", DEFAULT),
+        "small_endpoint": request.form.get("small_endpoint", NONE),
+    }
+    unknown = sorted(set(request.form) - MODEL_FIELDS)
+    try:
+        if unknown:
+            raise endpoints.EndpointError(f"This form has no field {', '.join(unknown)}; reload the page.")
+        _, name, small_name = actions.set_tenant_models(
+            db.session,
+            admin.tenant.slug,
+            None if chosen["endpoint"] == DEFAULT else chosen["endpoint"],
+            chosen["small_endpoint"] or None,
+            actor=admin,
+        )
+    except endpoints.EndpointError as exc:
+        db.session.rollback()
+        return _page(chosen=chosen, model_errors={exc.field: str(exc)}), 422
+    routing = f"; simple questions go to {small_name}" if small_name else ""
+    flash(
+        f"The assistant is now served by {name}{routing}. New runs follow within {endpoints.CHOICE_SECONDS:g} seconds.",
+        "info",
+    )
+    return redirect(url_for(".index"), code=303)
+
+
+def _page(
+    typed: dict | None = None, errors: dict | None = None, chosen: dict | None = None, model_errors: dict | None = None
+) -> str:
+    tenant = current_user.tenant
+    now = assistant_settings.current(db.session, tenant.id)
     shown = typed or {
         "register": now.register if now else "",
         "rules": now.rules if now else "",
         "one_call_per_reply": now.one_call_per_reply if now else False,
+        "complex_words": (now.complex_words or "") if now else "",
+        "complex_length": (now.complex_length or "") if now else "",
     }
-    endpoint = db.session.scalar(
-        select(ModelEndpoint).join(Tenant, Tenant.endpoint_id == ModelEndpoint.id).where(Tenant.id == tenant_id)
-    )
+    registered = list(db.session.scalars(select(ModelEndpoint).order_by(ModelEndpoint.name)))
+    by_id = {endpoint.id: endpoint for endpoint in registered}
+    endpoint, small = by_id.get(tenant.endpoint_id), by_id.get(tenant.small_endpoint_id)
+    chosen = chosen or {
+        "endpoint": endpoint.name if endpoint else DEFAULT,
+        "small_endpoint": small.name if small else NONE,
+    }
     return render_template(
         "accounts/assistant.html",
         shown=shown,
         errors=errors or {},
         now=now,
-        history=assistant_settings.history(db.session, tenant_id),
+        history=assistant_settings.history(db.session, tenant.id),
         endpoint=endpoint,
+        small=small,
+        registered=registered,
+        chosen=chosen,
+        model_errors=model_errors or {},
         default_model=services().config.model,
         limits={"register": assistant_settings.MAX_REGISTER, "rules": assistant_settings.MAX_RULES},
     )

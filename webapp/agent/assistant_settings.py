@@ -5,6 +5,8 @@ is a new version, the newest is in force, and each model call records the versio
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -12,6 +14,8 @@ from webapp.models import AssistantSettings
 
 MAX_REGISTER = 200
 MAX_RULES = 2000
+MAX_COMPLEX_WORDS = 50  # routing rules: words (or phrases) that make a question complex
+MAX_COMPLEX_WORD = 60
 
 
 class SettingsError(ValueError):
@@ -44,7 +48,15 @@ def history(session: Session, tenant_id: int, limit: int = 10) -> list[Assistant
 
 
 def save(
-    session: Session, tenant_id: int, *, register: str, rules: str, one_call_per_reply: bool, by_user_id: int | None
+    session: Session,
+    tenant_id: int,
+    *,
+    register: str,
+    rules: str,
+    one_call_per_reply: bool,
+    by_user_id: int | None,
+    complex_words: str = "",
+    complex_length: str | int | None = None,
 ) -> tuple[AssistantSettings | None, AssistantSettings]:
     """Save a new version (the caller audits and commits); returns the settings before and after.
     Raises SettingsError naming the field to fix, or saying that nothing changed."""
@@ -56,12 +68,16 @@ def save(
         raise SettingsError("register", f"The register is {len(register):,} characters; keep it to {MAX_REGISTER}.")
     if len(rules) > MAX_RULES:
         raise SettingsError("rules", f"The rules are {len(rules):,} characters; keep them to {MAX_RULES:,}.")
+    words = "\n".join(_complex_words(complex_words))
+    length = _complex_length(complex_length)
     before = current(session, tenant_id)
-    if before is not None and (before.register, before.rules, before.one_call_per_reply) == (
-        register,
-        rules,
-        one_call_per_reply,
-    ):
+    if before is not None and (
+        before.register,
+        before.rules,
+        before.one_call_per_reply,
+        before.complex_words or "",
+        before.complex_length,
+    ) == (register, rules, one_call_per_reply, words, length):
         raise SettingsError("", "Nothing changed: these are the settings in force already.")
     version = (
         session.scalar(select(func.max(AssistantSettings.version)).where(AssistantSettings.tenant_id == tenant_id)) or 0
@@ -72,11 +88,56 @@ def save(
         register=register,
         rules=rules,
         one_call_per_reply=one_call_per_reply,
+        complex_words=words or None,
+        complex_length=length,
         created_by_id=by_user_id,
     )
     session.add(after)
     session.flush()
     return before, after
+
+
+def _complex_words(typed: str) -> list[str]:
+    words = []
+    for line in typed.replace(",", "\n").splitlines():
+        word = " ".join(line.split()).lower()
+        if not word or word in words:
+            continue
+        if len(word) > MAX_COMPLEX_WORD:
+            raise SettingsError(
+                "complex_words", f"\u201c{word[:20]}\u2026\u201d is too long; keep each to {MAX_COMPLEX_WORD}."
+            )
+        words.append(word)
+    if len(words) > MAX_COMPLEX_WORDS:
+        raise SettingsError("complex_words", f"That is {len(words)} words; keep to {MAX_COMPLEX_WORDS}.")
+    return words
+
+
+def _complex_length(typed: str | int | None) -> int | None:
+    if typed is None or str(typed).strip() == "":
+        return None
+    try:
+        length = int(str(typed).strip())
+    except ValueError:
+        shown = str(typed).strip()
+        raise SettingsError("complex_length", f"{shown!r} is not a number of characters, e.g. 400.") from None
+    if not 20 <= length <= 100_000:
+        raise SettingsError("complex_length", "Give a length between 20 and 100,000 characters, or leave it empty.")
+    return length
+
+
+def complex_rule(question: str, settings: AssistantSettings | None) -> str | None:
+    """The routing rule that makes this question complex, in words (None: no rule does, so the small
+    model classifies it). Words match whole words, case aside."""
+    if settings is None:
+        return None
+    if settings.complex_length and len(question) > settings.complex_length:
+        return f"longer than {settings.complex_length:,} characters"
+    lowered = question.lower()
+    for word in (settings.complex_words or "").splitlines():
+        if re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", lowered):
+            return f"rule '{word}'"
+    return None
 
 
 def snapshot(settings: AssistantSettings | None) -> dict | None:
@@ -88,4 +149,6 @@ def snapshot(settings: AssistantSettings | None) -> dict | None:
         "register": settings.register,
         "rules": settings.rules,
         "one_call_per_reply": settings.one_call_per_reply,
+        "complex_words": (settings.complex_words or "").splitlines(),
+        "complex_length": settings.complex_length,
     }

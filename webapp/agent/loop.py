@@ -19,11 +19,12 @@ from sqlalchemy import and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.agent import access, context, wording
+from webapp.agent import access, assistant_settings, context, wording
 from webapp.agent.context import Window
 from webapp.agent.policies import policy_for
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
 from webapp.agent.transcript import tool_uses
+from webapp.llm import routing
 from webapp.llm.client import ModelClient, ModelError, ModelReply
 from webapp.logs import bind
 from webapp.models import (
@@ -109,7 +110,7 @@ class LoopSettings:
 class Move:
     """The next move of a conversation, as decided from its rows."""
 
-    kind: str  # cancel | budget | generate | run_tool | resume_task | settle | wait | done
+    kind: str  # cancel | budget | route | generate | run_tool | resume_task | settle | wait | done
     call: ToolCall | None = None
     waiting_on: str | None = None  # for wait: awaiting_approval | awaiting_task
     waiting_count: int = 0
@@ -139,6 +140,8 @@ class Loop:
         events: Events | None = None,
         should_stop: Callable[[], bool] | None = None,
         background: Any = None,
+        router: ModelClient | None = None,
+        route: str = "not routed",
     ) -> None:
         self.session = session
         self.conversation = conversation
@@ -148,6 +151,10 @@ class Loop:
         self.events = events or _NoEvents()
         self.should_stop = should_stop
         self.background = background  # handed to tools that start background work for tasks
+        # the tenant's small model, which routes a run not routed yet (None: no routing), and why
+        # self.model serves this run (recorded on each model call)
+        self.router = router
+        self.route = route
         # Read once per Loop: the last row only changes through _append, and only the mover holding
         # the lease (or a web request that won the status compare-and-set) appends.
         self._last: Message | None | object = _UNREAD
@@ -227,7 +234,9 @@ class Loop:
         last = self.last_row()
         if last is None:
             return Move("done")
-        return Move("budget") if self.over_budget() else Move("generate")
+        if self.over_budget():
+            return Move("budget")
+        return Move("route") if self.router is not None and c.route is None else Move("generate")
 
     # --- the verbs -----------------------------------------------------------------------------
 
@@ -248,6 +257,7 @@ class Loop:
         c.cancel_requested_by_id = None
         c.cancel_reason = None
         c.stop_reason = None
+        c.route = c.route_reason = None  # each new question is routed afresh
         return message
 
     def usable_tools(self) -> frozenset[str]:
@@ -431,6 +441,17 @@ class Loop:
         """The part of a move that must be durable before its side effect."""
         if move.kind == "run_tool":
             self.claim_call(move.call)
+        elif move.kind == "route":  # the question and the rules, read before the model call
+            question = next(
+                (
+                    "\n".join(b["text"] for b in row.content if b.get("type") == "text")
+                    for row in reversed(self.rows())
+                    if row.role == "user" and any(b.get("type") == "text" for b in row.content)
+                ),
+                "",
+            )
+            settings = assistant_settings.current(self.session, self.conversation.tenant_id)
+            move.request = {"question": question, "rule": assistant_settings.complex_rule(question, settings)}
         elif move.kind == "generate":
             summary = self.summary()
             move.summary = summary
@@ -440,7 +461,7 @@ class Loop:
     def perform(self, move: Move) -> None:
         """Do the move's work; the conversation's status says where it leaves things."""
         c = self.conversation
-        if move.kind not in ("run_tool", "resume_task", "generate"):  # those hold() after their work
+        if move.kind not in ("run_tool", "resume_task", "generate", "route"):  # those hold() after their work
             self.hold()
         if move.kind == "cancel":
             self.honour_cancel()
@@ -465,6 +486,9 @@ class Loop:
         elif move.kind == "run_tool":
             self.run_call(move.call)
             c.moves_used += 1  # (after: a change flushed during the tool would lock the row while it runs)
+            c.status = ConversationStatus.QUEUED
+        elif move.kind == "route":  # not counted against the budget: the run has not started its work
+            self.route_run(move)
             c.status = ConversationStatus.QUEUED
         elif move.kind == "resume_task":  # not counted against the budget: waiting is not working
             self.resume_task(move.call)
@@ -502,6 +526,36 @@ class Loop:
                     raise _too_long(context.estimate(move.request), window) from error
                 raise
             return self.summarise(move, context.estimate(move.request))
+
+    def route_run(self, move: Move) -> None:
+        """Route the run by its question's difficulty: the tenant's rules first (a rule that fires makes
+        it complex), else the small model's classification. Simple runs go to the small endpoint,
+        complex ones to the large one; a classification that fails or says neither goes to the large
+        one, and says so. The route is kept on the conversation for every move of the run."""
+        c = self.conversation
+        question, rule = move.request["question"], move.request["rule"]
+        reply = None
+        if rule:
+            route, reason = "large", f"large: {rule}"
+        else:
+            try:
+                label, reply = routing.classify(self.router, question)
+            except ModelError as error:
+                label, reason = None, f"large: classification failed ({error.message})"
+            else:
+                reason = f"large: the classification said neither simple nor complex ({_said(reply)!r})"
+            route = "small" if label == "simple" else "large"
+            if label:
+                reason = f"{route}: classified {label}"
+        self.hold()
+        if reply is not None:
+            request = {"system": routing.SYSTEM}
+            self._record_usage(
+                reply, request, purpose="route", endpoint=self.router.endpoint, route="small: classifies the question"
+            )
+            c.run_tokens += sum(reply.usage.values())
+        c.route, c.route_reason = route, reason[:160]
+        self._audit("run_routed", outcome=route, data={"route": route, "reason": c.route_reason})
 
     def summarise(self, move: Move, size: int) -> None:
         """Summarise the turns before the cut point (after the previous summary) into a new Summary row:
@@ -743,7 +797,13 @@ class Loop:
         call.finished_at = utcnow()
 
     def _record_usage(
-        self, reply: ModelReply, request: dict, purpose: str = "answer", summary_id: int | None = None
+        self,
+        reply: ModelReply,
+        request: dict,
+        purpose: str = "answer",
+        summary_id: int | None = None,
+        endpoint: str | None | object = _UNREAD,
+        route: str | None = None,
     ) -> None:
         """The call's ModelCall row and audit event: its usage, and what it was sent (the hashes of its
         system prompt and tool definitions, the summary it stood on)."""
@@ -754,8 +814,9 @@ class Loop:
             "system_hash": _digest(request.get("system")),
             "tools_hash": _digest(request.get("tools") or []),
             "summary_id": summary_id,
-            "endpoint": self.model.endpoint,
+            "endpoint": self.model.endpoint if endpoint is _UNREAD else endpoint,
             "settings_version": self._settings_version if purpose == "answer" else None,
+            "route": route or self.route,
         }
         self.session.add(
             ModelCall(
@@ -842,6 +903,10 @@ def _mark_cache_breakpoint(messages: list[dict]) -> None:
     if block.get("type") == "text" and not block.get("text", "").strip():
         return  # the API refuses a breakpoint on an empty text block
     messages[-1]["content"][-1] = {**block, "cache_control": {"type": "ephemeral"}}
+
+
+def _said(reply: ModelReply) -> str:
+    return " ".join(block.get("text", "") for block in reply.content if block.get("type") == "text").strip()[:40]
 
 
 def _digest(value: Any) -> str:

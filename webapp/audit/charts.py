@@ -128,6 +128,9 @@ CHARTS: dict[str, ChartSpec] = {
     "tools": ChartSpec(
         "Cost per tool (USD)", "usage", lambda b: _ranked(b.usage_by_tool, lambda u: float(u.cost), "USD")
     ),
+    "endpoints": ChartSpec(
+        "Cost per endpoint (USD)", "usage", lambda b: _ranked(b.usage_by_endpoint, lambda u: float(u.cost), "USD")
+    ),
     "approvals": ChartSpec(
         "Decisions per day",
         "approvals",

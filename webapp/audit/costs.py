@@ -166,6 +166,8 @@ NO_TOOL = "(answers, no tool)"
 OFTEN_CHANGED = 0.25
 OFTEN_CHANGED_AFTER = 5
 UNKNOWN_OWNER = "(conversation gone)"
+DEFAULT_ENDPOINT = "default"  # the configured model (ANTHROPIC_MODEL), no registered endpoint
+NOT_ROUTED = "not routed"  # model calls of a tenant without a small endpoint (and those before routing)
 TOP_CONVERSATIONS = 20
 _USAGE_FIELDS = ("model_calls", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "cost")
 
@@ -279,6 +281,9 @@ class Dashboard:
     usage_by_day: dict[date, Usage]
     usage_by_person: dict[str, Usage] = field(default_factory=dict)
     usage_by_tool: dict[str, Usage] = field(default_factory=dict)
+    # the endpoint that served each call, and why it did (routing by difficulty), most cost first
+    usage_by_endpoint: dict[str, Usage] = field(default_factory=dict)
+    usage_by_route: dict[str, Usage] = field(default_factory=dict)
     # the conversations that sent the most (id -> (title, usage)), most first
     usage_by_conversation: dict[int, tuple[str, Usage]] = field(default_factory=dict)
     usage_total: Usage = field(default_factory=Usage)
@@ -364,6 +369,14 @@ def _usage(board: Dashboard, query: _Queries, prices: PriceTable) -> None:
         query.run(select(Conversation.id, Conversation.title).where(Conversation.id.in_([c for c, _ in top])))
     )
     board.usage_by_conversation = {cid: (titles.get(cid) or f"Conversation {cid}", usage) for cid, usage in top}
+    for name, labels, default in (
+        ("endpoint", board.usage_by_endpoint, DEFAULT_ENDPOINT),
+        ("route", board.usage_by_route, NOT_ROUTED),
+    ):
+        grouped: dict[str, Usage] = defaultdict(Usage)
+        for row in query.run(query.usage(AuditEvent.data[name].as_string())):
+            grouped[row.key or default].add(row, prices)
+        labels.update(sorted(grouped.items(), key=lambda kv: (-kv[1].cost, -kv[1].model_calls, kv[0])))
     board.usage_by_person = dict(sorted(by_person.items(), key=lambda kv: -kv[1].cost))
     board.usage_by_tool = dict(sorted(by_tool.items(), key=lambda kv: -kv[1].cost))
 

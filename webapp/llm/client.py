@@ -110,16 +110,8 @@ class ModelClient:
                 request_id = _request_id(stream)
             if final.stop_reason is None:  # the stream ended without saying why: a cut, not an answer
                 raise ModelError("bad_response", "The model service's reply ended half-way.", transient=True)
-        except anthropic.APIStatusError as exc:
-            raise _status_error(exc) from exc
-        except anthropic.APITimeoutError as exc:
-            raise ModelError("timeout", "The model service did not answer in time.", transient=True) from exc
-        except anthropic.APIConnectionError as exc:
-            raise ModelError("unreachable", "The model service could not be reached.", transient=True) from exc
-        except (anthropic.APIError, json.JSONDecodeError, httpx2.HTTPError, ValueError, KeyError) as exc:
-            raise ModelError(
-                "bad_response", "The model service sent a reply that could not be read.", transient=True
-            ) from exc
+        except _SDK_ERRORS as exc:
+            raise model_error(exc) from exc
         return ModelReply(
             _blocks(final.content),
             final.stop_reason[:STOP_REASON_CHARS],  # a newer, longer reason than the rows hold is cut to fit
@@ -128,6 +120,42 @@ class ModelClient:
             request_id,
             _ms(started),
         )
+
+    def ask(self, system: str, text: str, max_tokens: int) -> ModelReply:
+        """A short request in plain words, no tools and no stream (classifying a question): whatever
+        the endpoint's protocol, the reply is read as text."""
+        started = time.perf_counter()
+        try:
+            final = self.client.messages.create(
+                model=self.model,
+                max_tokens=max_tokens,
+                system=system,
+                messages=[{"role": "user", "content": [{"type": "text", "text": text}]}],
+            )
+        except _SDK_ERRORS as exc:
+            raise model_error(exc) from exc
+        return ModelReply(
+            _blocks(final.content),
+            (final.stop_reason or "end_turn")[:STOP_REASON_CHARS],
+            final.model,
+            _usage(final.usage),
+            getattr(final, "_request_id", None),
+            _ms(started),
+        )
+
+
+_SDK_ERRORS = (anthropic.APIError, json.JSONDecodeError, httpx2.HTTPError, ValueError, KeyError)
+
+
+def model_error(exc: Exception) -> ModelError:
+    """An SDK (or reading) error as a ModelError a person understands."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return _status_error(exc)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ModelError("timeout", "The model service did not answer in time.", transient=True)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return ModelError("unreachable", "The model service could not be reached.", transient=True)
+    return ModelError("bad_response", "The model service sent a reply that could not be read.", transient=True)
 
 
 def _without_empty_tools(request: dict) -> dict:

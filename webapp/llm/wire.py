@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx2
 
-from webapp.llm import demo_context, demo_model, demo_react
+from webapp.llm import demo_context, demo_model, demo_react, routing
 
 Responder = Callable[[dict], dict]
 
@@ -408,13 +408,15 @@ class DemoTransport(httpx2.BaseTransport):
 
 
 def demo_reply(body: dict, responder: Responder, cache: demo_context.PromptCache) -> dict:
-    """The demo endpoint's reply to a valid request: a summary for a summary request, else the
-    responder's answer; its usage as the prompt cache splits it."""
+    """The demo endpoint's reply to a valid request: a summary for a summary request, a label for a
+    routing request (webapp/llm/routing.py), else the responder's answer; its usage as the prompt
+    cache splits it."""
     if demo_react.is_react_request(body):
         message = demo_react.respond(body, responder)
         output = len(message["content"][0]["text"]) // 4
-    elif demo_context.is_summary_request(body):
-        content = [{"type": "text", "text": demo_context.summarise(body)}]
+    elif demo_context.is_summary_request(body) or routing.is_route_request(body):
+        said = demo_context.summarise(body) if demo_context.is_summary_request(body) else routing.demo_label(body)
+        content = [{"type": "text", "text": said}]
         message = {
             "id": "msg_demo_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24],
             "type": "message",

@@ -23,9 +23,9 @@ class Services:
     tools: ToolRegistry
 
     def loop(self, session: Session, conversation: Conversation, should_stop=None) -> Loop:
-        """A Loop over this conversation with the model its tenant is served by, the process's tools and
-        event channel."""
-        choice = choice_for(session, self.config, conversation.tenant_id)
+        """A Loop over this conversation with the model its run is served by (the tenant's endpoint, or
+        the one its route chose), the process's tools and event channel."""
+        choice = choice_for(session, self.config, conversation.tenant_id, conversation.route, conversation.route_reason)
         return Loop(
             session,
             conversation,
@@ -38,6 +38,8 @@ class Services:
             events=self.dispatcher,
             should_stop=should_stop,
             background=self.dispatcher,
+            router=choice.router,
+            route=choice.reason,
         )
 
 
