@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from flask import current_app, request, url_for
 from flask_login import current_user
 
-from webapp.approvals.actions import pending_count
+from webapp.approvals.actions import pending_badge
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def nav_items() -> list[dict]:
             continue
         badge = None
         if item.badge_id:
-            badge = pending_count(current_user)
+            badge = pending_badge(current_user)
         items.append(
             {
                 "url": url_for(item.endpoint),

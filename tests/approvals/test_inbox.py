@@ -7,7 +7,7 @@ import threading
 from html import unescape
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 
 from tests.clients import session_as
 from tests.conftest import wait_until
@@ -219,3 +219,24 @@ def test_htmx_gets_the_same_fragment_the_full_page_includes(app, api, model):
     reviewer = session_as(app, "reviewer@acme.test")
     panel = reviewer.get(f"/approvals/{call.id}/panel").get_data(as_text=True)
     assert panel.lstrip().startswith('<section class="panel decision" id="decision-panel"')
+
+
+def test_the_navigation_badge_stops_counting_at_99_plus_while_the_inbox_gives_the_total(app, api, model):
+    (call,) = waiting_calls(api, model, refund(4471, 9000))
+    copies = [
+        {
+            column.key: getattr(call, column.key)
+            for column in ToolCall.__table__.columns
+            if column.key not in ("id", "tool_use_id", "position")
+        }
+        | {"tool_use_id": f"toolu_copy_{n}", "position": n + 1}
+        for n in range(99)
+    ]
+    db.session.execute(insert(ToolCall), copies)
+    db.session.commit()
+    db.session.remove()
+    reviewer = session_as(app, "reviewer@acme.test")
+    html = reviewer.get("/approvals").get_data(as_text=True)
+    assert re.search(r'id="approvals-badge"[^>]*>99\+<', html)  # 100 waiting: the badge stops counting
+    assert "of 100 waiting" in html  # the inbox itself counts them all
+    assert reviewer.get("/approvals/badge").get_data(as_text=True).count(">99+<") == 1

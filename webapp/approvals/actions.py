@@ -50,13 +50,25 @@ def next_for(user: User) -> ToolCall | None:
     )
 
 
-def pending_count(user: User) -> int:
-    """How many calls wait for a decision in this person's tenant (the navigation badge)."""
-    return db.session.scalar(
-        select(func.count(ToolCall.id)).where(
-            ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL
-        )
+# The navigation badge, on every page, counts at most this many waiting calls and then says "99+":
+# counting 100,000 waiting calls on every page would cost more than the page itself.
+BADGE_CAP = 100
+
+
+def pending_count(user: User, cap: int | None = None) -> int:
+    """How many calls wait for a decision in this person's tenant (at most `cap`, when given)."""
+    waiting = select(ToolCall.id).where(
+        ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL
     )
+    if cap is not None:
+        waiting = waiting.limit(cap)
+    return db.session.scalar(select(func.count()).select_from(waiting.subquery()))
+
+
+def pending_badge(user: User) -> str:
+    """The navigation badge: how many calls wait, "99+" past BADGE_CAP - 1."""
+    count = pending_count(user, BADGE_CAP)
+    return f"{BADGE_CAP - 1}+" if count >= BADGE_CAP else str(count)
 
 
 def oldest_waiting_since(user: User):

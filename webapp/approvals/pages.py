@@ -117,7 +117,7 @@ def index():
 @bp.get("/badge")
 @roles_required("reviewer")
 def badge():
-    return render_template("approvals/_badge.html", count=approvals.pending_count(current_user))
+    return render_template("approvals/_badge.html", count=approvals.pending_badge(current_user))
 
 
 def _call(tool_call_id: int) -> ToolCall:
