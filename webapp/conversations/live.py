@@ -1,7 +1,8 @@
 """Server-sent events: pages follow a conversation or their tenant's approvals live.
 
 Redis pub/sub carries small signals ("text", "changed", "approvals-changed"); the page re-fetches
-the fragment a signal concerns, so the stream itself never renders. Every stream of a process
+the fragment a signal concerns, so the stream itself renders nothing but a task's progress (the
+card's small template, from the event alone: it reads no database). Every stream of a process
 shares one subscription (webapp/runtime/live_hub.py), capped per person and per process. A stream
 touches the database only to ask, every CHECK_SECONDS, whether its person is still signed in (not
 disabled, sessions not ended), and ends when they are not.
