@@ -112,11 +112,11 @@ def test_stop_reads_stopping_at_once_and_the_card_settles_when_the_stop_lands(pa
     card = agent.locator(".tool-call").first
     expect(card.locator(".task-text")).to_have_text("Exported profile (1 of 3).", timeout=20_000)
     # The worker is busy with the export: the stop itself lands only when the job looks between parts.
-    agent.route("**/cancel", lambda route: (time.sleep(1.5), route.continue_()))  # a slow answer, to see the click
+    agent.route("**/cancel", lambda route: (time.sleep(4), route.continue_()))  # a slow answer, to see the click
     stop = agent.get_by_role("button", name=re.compile("Stop"))
     stop.click()
-    expect(stop).to_have_text("Stopping…", use_inner_text=True, timeout=1_000)  # from the click, before any answer
-    expect(stop).to_be_disabled(timeout=1_000)
+    expect(stop).to_have_text("Stopping…", use_inner_text=True, timeout=2_500)  # from the click, before any answer
+    expect(stop).to_be_disabled(timeout=2_500)
     expect(agent.locator("#conversation-status")).to_have_text("stopping…")
     expect(agent.locator("#conversation-status")).to_have_text("stopped", timeout=30_000)
     expect(card).to_contain_text("Cancelled: the conversation was stopped.")
