@@ -110,6 +110,10 @@ def test_an_edit_is_a_form_per_argument_checked_with_the_tools_own_rules(app, ap
     assert unreadable.status_code == 422
     assert "Amount: type an amount in dollars with at most two decimals" in section(html, "field-amount_cents")
     assert 'value="lots"' in section(html, "field-amount_cents")  # what was typed stays
+    # the field in error takes the focus (the page shows it), and names its error for screen readers
+    assert re.search(r'id="arg-amount_cents"[^>]*aria-describedby="help-amount_cents error-amount_cents"', html)
+    assert re.search(r'id="arg-amount_cents"[^>]*autofocus', html)
+    assert not re.search(r'id="arg-invoice_id"[^>]*autofocus', html)
 
     too_much = edit(reviewer, call, page, {"invoice_id": "4471", "amount_cents": "9999.99", "reason": "goodwill"})
     html = unescape(too_much.get_data(as_text=True))
@@ -118,6 +122,13 @@ def test_an_edit_is_a_form_per_argument_checked_with_the_tools_own_rules(app, ap
     assert "A refund of $9,999.99 is more than the $129.00 left to refund on invoice 4471" in field
     assert 'value="9999.99"' in field
     assert "Fix the marked fields; nothing was approved." in html
+    assert db.session.scalar(select(func.count(Decision.id))) == 0
+
+    too_long = "x" * 2001  # a rejection refused: the reason typed stays in its box
+    data = {"decision": "reject", "reason": too_long, **form_token(page, "reject-form")}
+    refused = reviewer.post(f"/approvals/{call.id}/decide", data=data, headers={"HX-Request": "true"})
+    assert refused.status_code == 422
+    assert f'value="{too_long}"' in section(refused.get_data(as_text=True), "reject-form")
     assert db.session.scalar(select(func.count(Decision.id))) == 0
 
     plain = reviewer.post(  # without JavaScript: the page again, not a redirect that would lose what was typed

@@ -106,3 +106,25 @@ def test_signing_in_returns_only_to_a_path_of_this_site(new_page, live_server, s
     page.wait_for_load_state()
     assert page.url == live_server.url + lands_on
     expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+
+
+def test_a_rate_limited_sign_in_keeps_its_form_and_says_when_to_try_again(new_page, console):
+    page = new_page()
+    page.goto("/login")
+    for _ in range(5):  # the account's limit: five failed sign-ins in 15 minutes
+        page.get_by_label("Email").fill("agent@acme.test")
+        page.get_by_label("Password").fill("not-the-password")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_text("Email or password is wrong.")).to_be_visible()
+    page.get_by_label("Password").fill(PASSWORD)  # even the right one, while the account is locked
+    page.get_by_role("button", name="Sign in").click()
+
+    blocked = page.locator("#sign-in-blocked")
+    expect(blocked).to_contain_text("Too many failed sign-ins for this account; an admin can unlock it sooner.")
+    expect(blocked).to_contain_text(re.compile(r"Try again after \d\d:\d\d UTC \(in 1[45] minutes\)\."))
+    expect(page.get_by_label("Email")).to_have_value("agent@acme.test")  # the form, with the e-mail kept
+    expect(page.get_by_label("Password")).to_have_value("")
+    expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+    expect(page.get_by_role("button", name="Sign out")).to_have_count(0)
+    # Chromium logs the page's own 401s and 429 (answers on purpose), and nothing else.
+    assert all(re.search(r"status of (401|429)", error) for error in console.errors()), console.errors()

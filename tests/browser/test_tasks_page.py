@@ -4,7 +4,10 @@ an export's card shows its progress bar while it runs."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -52,3 +55,69 @@ def test_an_exports_card_shows_its_progress_live(page_for, workers):
     # (that text may still be streaming while the card shows the last poll; the settled page shows it full)
     expect(agent.locator("#conversation-status")).to_have_text("completed")
     expect(card.locator("progress")).to_have_attribute("value", "1.0")
+
+
+# Every swap the live stream makes into a task's card, as the page saw it: the event's name and the
+# card's text right after (htmx's sse extension fires htmx:sseMessage on the element it swapped into).
+RECORD_LIVE_SWAPS = """{
+  window.liveSwaps = [];
+  document.addEventListener("htmx:sseMessage", (event) => {
+    if (event.detail.type.startsWith("task-")) {
+      const bar = event.target.querySelector("progress");
+      window.liveSwaps.push({text: event.target.textContent.trim(), value: bar ? bar.value : null});
+    }
+  });
+}"""
+
+
+def test_an_exports_progress_reaches_its_card_live_and_the_finished_file_downloads(page_for, workers):
+    # One worker: while it runs the export no move runs, so nothing but the job's own live events can
+    # move the card from "queued" on (before, the card jumped from "queued" straight to "completed").
+    workers(EXPORT_STEP_SECONDS="1.5")
+    agent = page_for("agent@acme.test")
+    agent.add_init_script(RECORD_LIVE_SWAPS)  # on every page from here, so no event goes unseen
+    ask(agent, "Export customer 4471's data")
+    card = agent.locator(".tool-call").first
+    expect(card).to_contain_text("Working in the background")
+
+    expect(card.locator(".task-text")).to_have_text("Exported invoices (2 of 3).", timeout=20_000)
+    expect(card.locator("progress")).to_have_attribute("value", "0.5")
+    expect(agent.locator("#conversation-status")).to_have_text("completed", timeout=30_000)
+    swaps = agent.evaluate("window.liveSwaps")
+    texts = [swap["text"] for swap in swaps]
+    # (the first parts may go by before the card is drawn; the card then starts from the job's last word)
+    for step in ("Exported invoices (2 of 3).", "Exported refunds (3 of 3).", "Export file written."):
+        assert any(step in text for text in texts), swaps
+    values = [swap["value"] for swap in swaps]
+    assert values == sorted(values) and values[-1] == 1, swaps  # forward only, to a full bar
+
+    # Finished: the bar is drawn full across the card, and the file downloads from the card.
+    card = agent.locator(".tool-call").first
+    bar = card.locator("progress")
+    expect(bar).to_have_attribute("value", "1.0")
+    assert bar.bounding_box()["width"] > 0.8 * card.locator(".task").bounding_box()["width"]
+    link = card.get_by_role("link", name=re.compile(r"Download customer-4471-export-\d+\.json"))
+    with agent.expect_download() as download_info:
+        link.click()
+    download = download_info.value
+    assert re.fullmatch(r"customer-4471-export-\d+\.json", download.suggested_filename)
+    exported = json.loads(Path(download.path()).read_text())
+    assert exported["profile"]["id"] == 4471 and exported["invoices"]
+
+
+def test_stop_reads_stopping_at_once_and_the_card_settles_when_the_stop_lands(page_for, workers):
+    workers(EXPORT_STEP_SECONDS="3")
+    agent = page_for("agent@acme.test")
+    ask(agent, "Export customer 4471's data")
+    card = agent.locator(".tool-call").first
+    expect(card.locator(".task-text")).to_have_text("Exported profile (1 of 3).", timeout=20_000)
+    # The worker is busy with the export: the stop itself lands only when the job looks between parts.
+    agent.route("**/cancel", lambda route: (time.sleep(4), route.continue_()))  # a slow answer, to see the click
+    stop = agent.get_by_role("button", name=re.compile("Stop"))
+    stop.click()
+    expect(stop).to_have_text("Stopping…", use_inner_text=True, timeout=2_500)  # from the click, before any answer
+    expect(stop).to_be_disabled(timeout=2_500)
+    expect(agent.locator("#conversation-status")).to_have_text("stopping…")
+    expect(agent.locator("#conversation-status")).to_have_text("stopped", timeout=30_000)
+    expect(card).to_contain_text("Cancelled: the conversation was stopped.")
+    expect(agent.get_by_role("button", name=re.compile("Stop"))).to_have_count(0)

@@ -39,3 +39,29 @@ def test_a_live_stream_hears_its_own_redis_database_only(app, api, env):
     first = next(event for event in events if not event.startswith(b":"))  # past keepalives
     stream.close()
     assert first == b"event: text\ndata: the words of this conversation\n\n"
+
+
+def test_a_tasks_progress_reaches_the_stream_as_its_cards_markup_with_the_text_escaped(app, api):
+    conversation_id = api.as_(AGENT).post("/api/conversations", json={"message": "hello"}).json["id"]
+    dispatcher = services().dispatcher
+    stream = session_as(app, AGENT).get(f"/live/conversations/{conversation_id}", buffered=False)
+    events = iter(stream.response)
+    assert next(events) == b"retry: 3000\n\n"
+    channel = dispatcher.conversation_channel(conversation_id)
+    subscribed = lambda: dict(dispatcher.redis.pubsub_numsub(channel)).get(channel.encode())  # noqa: E731
+    wait_until(subscribed, 10, "the stream to subscribe")
+    dispatcher.task_progress(conversation_id, 77, "working", "Exported <b>invoices</b> (2 of 3).", 0.5)
+    event = next(event for event in events if not event.startswith(b":")).decode()
+    stream.close()
+    assert event.startswith("event: task-77\n")
+    assert "Exported &lt;b&gt;invoices&lt;/b&gt; (2 of 3)." in event and "<b>" not in event
+    assert '<progress max="1" value="0.5"' in event and "50%" in event
+    assert dispatcher.live_tasks([77, 78]) == {
+        77: {
+            "type": "task",
+            "tool_call_id": 77,
+            "status": "working",
+            "message": "Exported <b>invoices</b> (2 of 3).",
+            "progress": 0.5,
+        }
+    }

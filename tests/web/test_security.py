@@ -37,6 +37,7 @@ EXPECTED = {
     "conversations.index": EVERYONE,
     "conversations.create": {"agent"},
     "conversations.show": EVERYONE,
+    "conversations.download": EVERYONE,  # and only who may see the conversation (tests/conversations/test_downloads.py)
     "conversations.post_message": {"agent"},
     "conversations.cancel": STEERING,
     "conversations.retry": STEERING,

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, flash, redirect, render_template, request, session, url_for
+import time
+from datetime import UTC, datetime
+
+from flask import Blueprint, flash, g, redirect, render_template, request, session, url_for
+from flask_limiter import RequestLimit
+from flask_limiter.errors import RateLimitExceeded
 from flask_login import current_user, logout_user
 from flask_wtf import FlaskForm
 from wtforms import EmailField, PasswordField
@@ -42,20 +47,51 @@ def _attempted_account() -> str:
     return account_limit_key(request.form.get("email") or "")
 
 
+def _blocked(limit: RequestLimit, kind: str) -> None:
+    """A sign-in refused by a limit: counted for its key (the address, or the account) over the
+    limit's window, and audited as "sign_in_blocked" when the count is 1, 10, 100, ... (so a flood
+    writes a handful of events, the last saying how many at least); the page tells when to try again."""
+    until = limit.reset_at
+    g.sign_in_blocked_until = until
+    # The count lives as long as the limit's window: the next window's first refusal starts again at 1.
+    count = limiter.limiter.storage.incr(f"sign-in-blocked/{limit.key}", max(1, until - int(time.time())))
+    if count != 10 ** (len(str(count)) - 1):  # audited at 1, 10, 100, ...
+        return
+    email = (request.form.get("email") or "").strip().lower()[:254]
+    user = user_by_email(email) if email else None
+    audit_chain.record(
+        db.session,
+        "sign_in_blocked",
+        tenant_id=user.tenant_id if user else None,
+        actor_label=email or None,
+        outcome="refused",
+        data={
+            "limit": kind,  # "address" or "account": whose failed sign-ins reached the limit
+            "address": request.remote_addr,
+            "target_user_id": user.id if user else None,
+            "refused_in_window": count,
+            "until": datetime.fromtimestamp(until, UTC).isoformat(),
+        },
+    )
+    db.session.commit()
+
+
 @bp.route("/login", methods=["GET", "POST"])
 @public
 @limiter.limit(
     "20 per 15 minutes",
     methods=["POST"],
     deduct_when=_failed,
-    error_message="Too many failed sign-ins from your address; wait 15 minutes.",
+    error_message="Too many failed sign-ins from your address.",
+    on_breach=lambda limit: _blocked(limit, "address"),
 )
 @limiter.limit(
     ACCOUNT_SIGN_IN_LIMIT,
     key_func=_attempted_account,
     methods=["POST"],
     deduct_when=_failed,
-    error_message="Too many failed sign-ins for this account; wait 15 minutes or ask an admin.",
+    error_message="Too many failed sign-ins for this account; an admin can unlock it sooner.",
+    on_breach=lambda limit: _blocked(limit, "account"),
 )
 def login():
     if current_user.is_authenticated and request.method == "GET":
@@ -97,6 +133,24 @@ def login():
     )
     db.session.commit()
     return redirect(safe_next(request.args.get("next")) or url_for("home.index"))
+
+
+@bp.errorhandler(RateLimitExceeded)
+def rate_limited(exc: RateLimitExceeded):
+    """The sign-in page again, with what was typed (but the password) and when to try again."""
+    form = SignInForm()
+    form.password.data = None
+    until = getattr(g, "sign_in_blocked_until", None)
+    retry = None
+    if until is not None:
+        minutes = max(1, -(-(until - int(time.time())) // 60))  # rounded up
+        retry = {
+            "at": datetime.fromtimestamp(until, UTC),
+            "in": "1 minute" if minutes == 1 else f"{minutes} minutes",
+        }
+    response = render_template("accounts/sign_in.html", form=form, blocked=exc.description, retry=retry)
+    headers = {"Retry-After": str(max(1, until - int(time.time())))} if until is not None else {}
+    return response, 429, headers
 
 
 @bp.post("/logout")

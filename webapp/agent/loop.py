@@ -735,6 +735,7 @@ class Loop:
             tool_call_id=call.id,
             idempotency_key=f"toolcall-{call.id}",
             background=self.background,
+            conversation_id=call.conversation_id,
         )
 
     def _finish(self, call: ToolCall, outcome: ToolOutcome) -> None:

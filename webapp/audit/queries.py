@@ -52,6 +52,7 @@ ACTIONS = (
     "conversation_failed",
     "sign_in",
     "sign_in_failed",
+    "sign_in_blocked",
     "sign_out",
     "user_created",
     "user_roles_changed",
@@ -76,6 +77,7 @@ OUTCOMES = (
     "end_turn",
     "tool_use",
     "max_tokens",
+    "refused",
 )
 API_BAD_CURSOR = (
     "“cursor” must be the next_cursor of an earlier answer, unchanged; leave it out to start from the newest events."

@@ -31,6 +31,7 @@ class Card:
     rows: list[Shown] = field(default_factory=list)  # the result, rendered
     data: str | None = None  # the result's data as indented JSON, a click away
     arguments: list[Shown] = field(default_factory=list)
+    file: str | None = None  # a file the call made, downloadable from its card (an export)
 
 
 def decisions_by_call(session: Session, calls: list[ToolCall]) -> dict[int, list[Decision]]:
@@ -46,12 +47,13 @@ def decisions_by_call(session: Session, calls: list[ToolCall]) -> dict[int, list
 def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card:
     tool = tools.get(call.name)
     data, fenced = result_data(call.result)
-    outcome, rows, raw = None, [], None
+    outcome, rows, raw, file = None, [], None, None
     if call.status == CallStatus.SUCCEEDED:
         sentence = tool.result_sentence(data, call.input) if tool else None
         outcome = sentence or "Done."
         rows = result_rows(data)
         raw = pretty_json(data) if fenced else None
+        file = tool.result_file(data) if tool else None
     elif call.status == CallStatus.FAILED:
         outcome = f"Failed: {failure(call.result)}"
     return Card(
@@ -60,6 +62,7 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
         rows=rows,
         data=raw,
         arguments=arguments(tool.Input if tool else None, call.input),
+        file=file,
     )
 
 

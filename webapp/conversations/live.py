@@ -1,7 +1,8 @@
 """Server-sent events: pages follow a conversation or their tenant's approvals live.
 
 Redis pub/sub carries small signals ("text", "changed", "approvals-changed"); the page re-fetches
-the fragment a signal concerns, so the stream itself never renders. Every stream of a process
+the fragment a signal concerns, so the stream itself renders nothing but a task's progress (the
+card's small template, from the event alone: it reads no database). Every stream of a process
 shares one subscription (webapp/runtime/live_hub.py), capped per person and per process. A stream
 touches the database only to ask, every CHECK_SECONDS, whether its person is still signed in (not
 disabled, sessions not ended), and ends when they are not.
@@ -31,6 +32,7 @@ bp = Blueprint("live", __name__, url_prefix="/live")
 STREAM_SECONDS = 300  # then the browser reconnects (EventSource does so by itself)
 KEEPALIVE_SECONDS = 5  # also how soon a closed page is noticed and its place under the caps freed
 CHECK_SECONDS = 3  # how soon a stream ends once its person is disabled or their sessions ended
+TASK_PROGRESS = "conversations/_task_progress.html"  # a task's progress on its card, live or drawn
 
 
 @bp.get("/tenant")
@@ -80,7 +82,7 @@ def _stream(channels: list[str]) -> Response:
                     yield "event: unavailable\ndata: live updates were interrupted\n\n"
                     return
                 if message is not None:
-                    yield sse_event(json.loads(message))
+                    yield sse_event(json.loads(message), app)
                     keepalive_at = now + KEEPALIVE_SECONDS
                 elif now >= keepalive_at:
                     yield ": keepalive\n\n"
@@ -109,9 +111,10 @@ def _still_signed_in(app: Flask, session_id: str, key: str | None) -> bool:
             db.session.remove()
 
 
-def sse_event(event: dict) -> str:
+def sse_event(event: dict, app: Flask | None = None) -> str:
     """One SSE message named by the event type. Text deltas and tool starts travel as escaped HTML for
-    htmx to put in the page; other events are signals with a JSON body.
+    htmx to put in the page, and a task's progress as its card's markup, named for its call
+    ("task-<id>", rendered with `app`'s templates); other events are signals with a JSON body.
 
     A reader ends a line at CRLF, LF or a lone CR, so text from the model (which may hold any of them)
     must never start a line of its own: "\r\nevent: tool_start" would be an event. A carriage return
@@ -122,6 +125,9 @@ def sse_event(event: dict) -> str:
         data = _html(event["text"])
     elif name == "tool_start":
         data = f"calling {_html(event['name'])}…"
+    elif name == "task" and app is not None:
+        name = f"task-{int(event['tool_call_id'])}"
+        data = app.jinja_env.get_template(TASK_PROGRESS).render(task=event).replace("\r", "&#13;")
     else:
         data = json.dumps(event)
     lines = "".join(f"data: {line}\n" for line in _LINE_END.split(data))

@@ -5,17 +5,21 @@ One rendering path: the pages include their fragments, and htmx requests get the
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
+import mimetypes
+
+from flask import Blueprint, abort, flash, redirect, request, send_file, url_for
 from flask_login import current_user
 from sqlalchemy import select
 
 from webapp.agent.loop import KNOWN_STOPS
 from webapp.agent.states import IDLE
 from webapp.conversations import actions as conversations
+from webapp.conversations.cards import card
 from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.exports import export_path
 from webapp.web import htmx
 from webapp.web.errors import Refused
 from webapp.web.pagination import BadCursor, Page, keyset_page
@@ -44,12 +48,24 @@ def _conversation(conversation_id: int) -> Conversation:
         abort(exc.status, description=exc.message)
 
 
-def _render_conversation(conversation: Conversation, status: int = 200, keep_draft: bool = True):
-    """The chat page, or for htmx only the conversation fragment (same template either way)."""
+def _render_conversation(
+    conversation: Conversation,
+    status: int = 200,
+    keep_draft: bool = True,
+    draft: str = "",
+    composer_error: str | None = None,
+):
+    """The chat page, or for htmx only the conversation fragment (same template either way). `draft`
+    and `composer_error`: a refused message, kept in the composer with the reason beside it."""
+    entries = transcript(conversation)
+    working = [entry.call.id for entry in entries if entry.kind == "tool" and entry.call.status == "awaiting_task"]
     context = {
         "keep_draft": keep_draft,
+        "draft": draft,
+        "composer_error": composer_error,
         "conversation": conversation,
-        "entries": transcript(conversation),
+        "entries": entries,
+        "live_tasks": services().dispatcher.live_tasks(working),
         "status_labels": STATUS_LABELS,
         "unknown_stop": conversation.stop_reason not in KNOWN_STOPS | {None},
         "tools": services().tools,
@@ -78,6 +94,12 @@ def _refused_here(conversation: Conversation, exc: Refused):
 @bp.get("")
 @roles_required(*EVERYONE)
 def index():
+    return _render_index()
+
+
+def _render_index(status: int = 200, draft: str = "", composer_error: str | None = None):
+    """The conversations list; `draft` and `composer_error`: a refused first message, kept in the box
+    with the reason beside it."""
     query = (request.args.get("q") or "").strip()[:200]
     statement = select(Conversation).where(conversations.visible_to(current_user))
     if query:
@@ -97,23 +119,26 @@ def index():
     return htmx.render(
         "conversations/index.html",
         "conversations/_list.html",
+        status,
         conversations=page.rows,
         query=query,
         next_cursor=page.next_cursor,
         problem=problem,
         status_labels=STATUS_LABELS,
+        draft=draft,
+        composer_error=composer_error,
     )
 
 
 @bp.post("")
 @roles_required("agent")
 def create():
+    text = request.form.get("message", "")
     try:
-        conversation = conversations.start(db.session, current_user, request.form.get("message", ""))
+        conversation = conversations.start(db.session, current_user, text)
     except Refused as exc:
         db.session.rollback()
-        flash(exc.message, "error")
-        return redirect(url_for("conversations.index"), code=303)
+        return _render_index(exc.status, draft=text, composer_error=exc.message)
     return redirect(url_for("conversations.show", conversation_id=conversation.id), code=303)
 
 
@@ -127,10 +152,14 @@ def show(conversation_id: int):
 @roles_required("agent")
 def post_message(conversation_id: int):
     conversation = _conversation(conversation_id)
+    text = request.form.get("message", "")
     try:
-        conversations.post_message(db.session, current_user, conversation, request.form.get("message", ""))
+        conversations.post_message(db.session, current_user, conversation, text)
     except Refused as exc:
-        return _refused_here(conversation, exc)
+        # The message stays in the composer with the reason beside it, for htmx and a plain post alike
+        # (a redirect would lose it).
+        db.session.rollback()
+        return _render_conversation(conversation, exc.status, draft=text, composer_error=exc.message)
     return _after_action(conversation, keep_draft=False)  # sent: the box empties
 
 
@@ -144,6 +173,31 @@ def cancel(conversation_id: int):
         return _refused_here(conversation, exc)
     flash("Stopping: open tool calls are settled as cancelled.", "info")
     return _after_action(conversation)
+
+
+@bp.get("/<int:conversation_id>/tool-calls/<int:tool_call_id>/file")
+@roles_required(*EVERYONE)
+def download(conversation_id: int, tool_call_id: int):
+    """The file a call made (an export), for whoever may see its conversation. Anything else is not
+    found: another tenant's conversation or call, a conversation this person may not see, a call that
+    made no file, a file gone. The path comes from the call's own result, never from the request."""
+    try:
+        conversation = conversations.find(db.session, current_user, conversation_id)
+    except Refused:
+        abort(404, description="No such file in your account.")
+    call = db.session.scalar(
+        select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.conversation_id == conversation.id)
+    )
+    name = card(call, [], services().tools).file if call is not None else None
+    path = export_path(services().config.export_dir, conversation.tenant_id, name) if name else None
+    if path is None or not path.is_file():
+        abort(404, description="No such file in your account; it may have been removed.")
+    return send_file(
+        path,
+        mimetype=mimetypes.guess_type(name)[0] or "application/octet-stream",
+        as_attachment=True,
+        download_name=name,
+    )
 
 
 @bp.post("/<int:conversation_id>/retry")

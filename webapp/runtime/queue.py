@@ -59,6 +59,12 @@ def _partial_key(conversation_id: int) -> str:
     return f"desk:partial:{conversation_id}"
 
 
+def _task_key(tool_call_id: int) -> str:
+    """Where a background job's last progress is kept, so a page drawn between two of the loop's looks
+    at the task shows the progress its live events already showed."""
+    return f"desk:task:{tool_call_id}"
+
+
 class Dispatcher:
     """Enqueues moves and publishes live events for one app."""
 
@@ -193,6 +199,32 @@ class Dispatcher:
             return ""
         return value.decode("utf-8", errors="replace") if value else ""
 
+    def task_progress(
+        self, conversation_id: int, tool_call_id: int, status: str, message: str, progress: float
+    ) -> None:
+        """Tell the conversation's live pages where a call's background work stands (its job says so as
+        it goes; the loop's own look at the task still settles the call). Best effort, like publish."""
+        event = {
+            "type": "task",
+            "tool_call_id": tool_call_id,
+            "status": status,
+            "message": message,
+            "progress": progress,
+        }
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(_task_key(tool_call_id), json.dumps(event), ex=3600)
+        self._publish(pipe.publish(self.conversation_channel(conversation_id), json.dumps(event)))
+
+    def live_tasks(self, tool_call_ids: list[int]) -> dict[int, dict]:
+        """The last progress the background jobs of these calls told ({} when none or Redis is away)."""
+        if not tool_call_ids:
+            return {}
+        try:
+            values = self.redis.mget([_task_key(call_id) for call_id in tool_call_ids])
+        except (redis.RedisError, OSError):
+            return {}
+        return {call_id: json.loads(value) for call_id, value in zip(tool_call_ids, values, strict=True) if value}
+
     def changed(self, tenant_id: int, conversation_id: int | None = None, move_done: bool = False) -> None:
         """Signal, after a commit, that a conversation or the tenant's approvals changed. Only the
         worker that finished a move says move_done: the answer it streamed is now in the database
@@ -234,11 +266,19 @@ class Dispatcher:
         except (redis.RedisError, OSError) as exc:
             log.warning("could not schedule the task wake-up of conversation %s: %s", conversation_id, exc)
 
-    def start_background(self, func, *args, job_id: str, timeout: int = 3600) -> None:
-        """Start a tool's background job once: a second start under the same id changes nothing."""
+    def start_background(self, func, *args, job_id: str, timeout: int = 3600, meta: dict | None = None) -> None:
+        """Start a tool's background job once: a second start under the same id changes nothing. `meta`
+        starts the job's meta (the conversation and call it works for, whose page it tells its progress)."""
         try:
             self.background_queue.enqueue(
-                func, *args, job_id=job_id, unique=True, job_timeout=timeout, result_ttl=86400, failure_ttl=86400
+                func,
+                *args,
+                job_id=job_id,
+                unique=True,
+                job_timeout=timeout,
+                result_ttl=86400,
+                failure_ttl=86400,
+                meta=meta,
             )
         except DuplicateJobError:
             pass

@@ -137,19 +137,28 @@ def wake_for_tasks(conversation_id: int) -> bool:
 
 def export_customer_data(tenant_id: int, customer_id: int, file_name: str, job=None) -> dict:
     """Run the export tool's work (webapp/tools/exports.py), reporting progress in the job's meta and
-    stopping when the tool asked the job to (the conversation was stopped)."""
+    live to the call's conversation page, and stopping when the tool asked the job to (the
+    conversation was stopped)."""
     desk = services()
+    follower = (job.meta or {}) if job is not None else {}
+    conversation_id, tool_call_id = follower.get("conversation_id"), follower.get("tool_call_id")
 
     def cancelled() -> bool:
         return job is not None and desk.dispatcher.background_cancelled(job.id)
+
+    def tell(status: str, fraction: float, message: str) -> None:
+        if conversation_id is not None and tool_call_id is not None:
+            desk.dispatcher.task_progress(conversation_id, tool_call_id, status, message, fraction)
 
     def progress(fraction: float, message: str) -> None:
         if job is not None:
             job.meta.update(progress=fraction, message=message)
             job.save_meta()
+        tell("working", fraction, message)
 
+    progress(0.0, "Export started.")
     try:
-        return exports.write_export(
+        result = exports.write_export(
             db.session,
             desk.config.export_dir,
             tenant_id,
@@ -160,5 +169,11 @@ def export_customer_data(tenant_id: int, customer_id: int, file_name: str, job=N
             progress=progress,
             end_transaction=db.session.remove,
         )
+    except Exception:
+        tell("failed", 0.0, "The export failed; the assistant is told why.")
+        raise
     finally:
         db.session.remove()
+    if result.get("cancelled"):
+        tell("cancelled", 0.0, "Export stopped: the conversation was stopped.")
+    return result

@@ -563,7 +563,9 @@ class ExportCustomerData(Tool):
             raise ToolError("Exports need the background workers, and none are configured here.")
         job_id = f"export-{context.tool_call_id}"
         file_name = f"customer-{customer.id}-export-{context.tool_call_id}.json"
-        context.background.start_background(EXPORT_JOB, context.tenant_id, customer.id, file_name, job_id=job_id)
+        context.background.start_background(
+            EXPORT_JOB, context.tenant_id, customer.id, file_name, job_id=job_id, meta=_follower(context)
+        )
         return Task(
             WORKING,
             message="Export queued; waiting for a worker.",
@@ -585,6 +587,7 @@ class ExportCustomerData(Tool):
                 task.data["customer_id"],
                 task.data["file"],
                 job_id=task.data["job_id"],
+                meta=_follower(context),
             )
             return replace(
                 task, message="Export restarted after its job was lost.", data={**task.data, "restarts": restarts}
@@ -601,6 +604,18 @@ class ExportCustomerData(Tool):
 
     def cancel(self, task: Task, context: ToolContext) -> None:
         context.background.cancel_background(task.data["job_id"])
+
+    def result_file(self, data: Any) -> str | None:
+        name = data.get("file") if isinstance(data, dict) else None
+        return name if isinstance(name, str) and _EXPORT_FILE.fullmatch(name) else None
+
+
+_EXPORT_FILE = re.compile(r"customer-\d+-export-\d+\.json")  # the names execute() gives, nothing else
+
+
+def _follower(context: ToolContext) -> dict:
+    """Whose page the export job tells its progress: the call's conversation and the call."""
+    return {"conversation_id": context.conversation_id, "tool_call_id": context.tool_call_id}
 
 
 def demo_tools() -> list[type[Tool]]:

@@ -57,6 +57,7 @@ def write_export(
     partial = path.with_suffix(".part")
     partial.write_text(json.dumps(document, indent=2, default=str))
     os.replace(partial, path)  # the file appears whole, or not at all
+    progress(1.0, "Export file written.")
     return {
         "file": file_name,
         "bytes": path.stat().st_size,

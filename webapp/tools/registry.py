@@ -43,6 +43,7 @@ class ToolContext:
     tool_call_id: int
     idempotency_key: str
     background: Any = None  # starts and follows background jobs for tasks (webapp.runtime.queue.Dispatcher)
+    conversation_id: int | None = None  # whose page a background job tells of its progress
 
 
 class ToolError(Exception):
@@ -119,6 +120,10 @@ class Tool:
 
     def result_sentence(self, data: Any, input: dict) -> str | None:  # noqa: A002
         """What a successful call did, in a sentence for people (None: the result speaks for itself)."""
+        return None
+
+    def result_file(self, data: Any) -> str | None:
+        """The name of the file a successful call made, downloadable from its card (None: no file)."""
         return None
 
     def customer_of(self, input: BaseModel, context: ToolContext) -> int | None:  # noqa: A002
