@@ -135,3 +135,16 @@ def more_approvals(count: int) -> str:
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """1 approval, 2 approvals."""
     return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` on one line, at most `limit` characters: cut at the last word boundary that fits, with
+    an ellipsis; a single word longer than the limit is cut inside it (there is no boundary)."""
+    text = " ".join((text or "").split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    boundary = cut.rfind(" ")
+    if boundary > 0 and cut[-1].isalnum() and text[limit - 1].isalnum():  # the cut falls inside a word
+        cut = cut[:boundary]
+    return cut.rstrip(" ,;:.-–—") + "…"
