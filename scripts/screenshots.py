@@ -99,7 +99,7 @@ def _shoot(url: str, out: Path) -> None:
             agent.get_by_role("button", name="Start conversation").click()
             expect(agent).to_have_url(re.compile(r"/conversations/\d+$"))
             conversations.append(agent.url)
-            expect(agent.locator("#conversation")).not_to_have_attribute("data-status", re.compile("queued|running"))
+            _settled(agent)
         reviewer = signed_in("reviewer@acme.test", "wide")
         reviewer.goto("/approvals")
         reviewer.locator("#approval-list a").first.click()
@@ -134,6 +134,16 @@ def _shoot(url: str, out: Path) -> None:
                 time.sleep(0.5)
                 page.screenshot(path=out / f"{name}-{size}.png")
         browser.close()
+
+
+def _settled(page: Page, timeout: float = 60.0) -> None:
+    """Reload the chat page until the assistant has stopped moving (waiting, done or failed)."""
+    deadline = time.monotonic() + timeout
+    while page.locator("#conversation").get_attribute("data-status") in ("queued", "running"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{page.url} still moving after {timeout} s")
+        time.sleep(1)
+        page.reload()
 
 
 def _free_port() -> int:
