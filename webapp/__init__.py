@@ -76,7 +76,7 @@ def create_app(config: Config | None = None) -> Flask:
 
 def _register_features(app: Flask) -> None:
     """Each feature package's blueprints, the navigation across them, and the command line."""
-    from webapp import cli, navigation
+    from webapp import cli, home, navigation
     from webapp.accounts import assistant, policies, sign_in, tokens, users
     from webapp.accounts import notifications as notification_settings
     from webapp.api import routes as api
@@ -87,7 +87,7 @@ def _register_features(app: Flask) -> None:
     from webapp.ops import endpoints as endpoint_pages
     from webapp.ops import health, metrics
     from webapp.ops import pages as ops
-    from webapp.web import home, security
+    from webapp.web import security
 
     app.register_blueprint(api.bp)
     security.csrf.exempt(api.bp)  # bearer tokens, no cookies: nothing to forge

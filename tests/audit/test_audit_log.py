@@ -532,6 +532,37 @@ def test_the_dashboard_page_shows_the_numbers_beside_charts_drawn_on_the_server(
     assert "No model calls in this range." in old.get_data(as_text=True)
 
 
+def test_the_dashboard_lists_only_days_with_figures_newest_first_after_a_headline_row(app, acme, small_case):
+    today, yesterday = small_case["today"], small_case["yesterday"]
+    board = costs.dashboard(db.engine, acme, today - timedelta(days=29), today)
+    assert len(board.days) == 30
+    assert board.usage_days == [today, yesterday]  # 28 empty days left out, newest first
+    assert board.approval_days == [today, yesterday]  # one asked yesterday; asked and decided today
+    assert costs.dashboard(db.engine, acme, today - timedelta(days=9), today - timedelta(days=2)).usage_days == []
+
+    html = session_as(app, AUDITOR).get("/audit/dashboard").get_data(as_text=True)
+    headline = html[html.index('id="dashboard-headline"') : html.index('id="dashboard-usage-by-day"')]
+    figures = dict(
+        (key, " ".join(re.sub(r"<[^>]+>", " ", text).split()))
+        for key, text in re.findall(r'id="headline-([a-z-]+)">(.*?)</p>', headline, re.S)
+    )
+    assert figures == {
+        "spend": "$0.0138 spent on the model",  # Sonnet 0.0051 + Opus 0.00375 + Haiku 0.005 + mystery 0
+        "model-calls": "4 model calls, 6,870 tokens",
+        "decisions": "3 decisions on 3 calls put to a person",
+        "median": "180.0 s median time to decision",
+    }
+    for table in ("usage-days", "approval-days"):
+        body = html[html.index(f'id="{table}"') :]
+        body = body[: body.index("</tbody>")]
+        assert re.findall(r'<th scope="row">(\d{4}-\d\d-\d\d)</th>', body) == [str(today), str(yesterday)]
+    assert (
+        str(today - timedelta(days=2))
+        not in html.split('id="dashboard-usage-by-person"')[0].split("dashboard-from")[-1]
+    )
+    assert "audit-scroll" not in html  # no inner scroll box hides a row
+
+
 # --- prices -----------------------------------------------------------------------------------
 
 
@@ -600,7 +631,7 @@ def test_auditors_of_another_tenant_see_nothing_of_acme(app, api, cli, generated
     assert "acme" not in client.get("/audit/export.jsonl").get_data(as_text=True)
     assert client.get("/audit/export.csv").get_data(as_text=True).strip() == ",".join(exports.EXPORT_FIELDS)
     dashboard = client.get("/audit/dashboard").get_data(as_text=True)
-    assert "acme.test" not in dashboard and "0 model calls" in dashboard
+    assert "acme.test" not in dashboard and "No model calls in this range." in dashboard
     assert walk(api, email) == []
     assert walk(api, email, person="agent@acme.test") == []
     assert api.as_("agent@acme.test").get("/api/audit").status_code == 403

@@ -39,8 +39,11 @@ from webapp.models import (
     User,
     utcnow,
 )
+from webapp.tools import presenting
 from webapp.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from webapp.tools.tasks import INPUT_REQUIRED, WORKING, Task, TaskError
+
+TITLE_LENGTH = 80  # a conversation is named by its first question, cut at a word boundary
 
 # The model's turn goes on only after these stops (tools to run, or the API paused a long turn); any
 # other stop ends the run with what the model said: end_turn, max_tokens, refusal, a stop sequence, a
@@ -248,7 +251,7 @@ class Loop:
             raise ConversationBusy(_busy_reason(c.status))
         message = self._append("user", [{"type": "text", "text": text}])
         if not c.title:
-            c.title = " ".join(text.split())[:80]
+            c.title = presenting.shorten(text, TITLE_LENGTH)
         c.status = ConversationStatus.QUEUED
         c.moves_used = 0
         c.run_tokens = 0
@@ -768,7 +771,8 @@ class Loop:
             status = "cancelled"
         else:
             status = "failed" if outcome.is_error else "completed"
-        message = "Done." if status == "completed" else (outcome.content.strip().splitlines() or [status])[0][:300]
+        # a completed task says nothing more: the call's own sentence says what it did
+        message = None if status == "completed" else (outcome.content.strip().splitlines() or [status])[0][:300]
         progress = {"progress": 1.0} if status == "completed" else {}
         call.task = {**call.task, "status": status, "message": message, **progress}
         call.task_due_at = None

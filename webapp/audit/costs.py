@@ -296,6 +296,20 @@ class Dashboard:
     tools: dict[str, ToolRuns] = field(default_factory=dict)
     unpriced_models: set[str] = field(default_factory=set)
 
+    @property
+    def usage_days(self) -> list[date]:
+        """The days with model calls, newest first (the daily table skips the empty ones)."""
+        return [day for day in reversed(self.days) if self.usage_by_day[day].model_calls]
+
+    @property
+    def approval_days(self) -> list[date]:
+        """The days a call was put to a person or decided, newest first."""
+        return [
+            day
+            for day in reversed(self.days)
+            if self.approvals_by_day[day].requested or self.approvals_by_day[day].decided
+        ]
+
 
 def percentile(values: list[float], p: float) -> float:
     """The nearest-rank percentile of `values` (p in 0..100)."""

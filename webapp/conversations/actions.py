@@ -19,6 +19,17 @@ from webapp.web.errors import Refused
 
 MAX_MESSAGE_CHARS = 20_000
 SUPERVISING = ("reviewer", "auditor", "admin")  # see every conversation of their tenant
+# a conversation's status in words for people (the list, the chat page, the home page)
+STATUS_LABELS = {
+    "queued": "working",
+    "running": "working",
+    "awaiting_approval": "waiting for approval",
+    "awaiting_task": "waiting on a task",
+    "completed": "completed",
+    "cancelled": "stopped",
+    "failed": "failed",
+    "budget_exhausted": "budget exhausted",
+}
 
 
 def visible_to(user: User):

@@ -29,16 +29,7 @@ bp = Blueprint("conversations", __name__, url_prefix="/conversations")
 
 EVERYONE = ("agent", "reviewer", "auditor", "admin")
 PAGE_SIZE = 25
-STATUS_LABELS = {
-    "queued": "working",
-    "running": "working",
-    "awaiting_approval": "waiting for approval",
-    "awaiting_task": "waiting on a task",
-    "completed": "completed",
-    "cancelled": "stopped",
-    "failed": "failed",
-    "budget_exhausted": "budget exhausted",
-}
+STATUS_LABELS = conversations.STATUS_LABELS
 
 
 def _conversation(conversation_id: int) -> Conversation:

@@ -147,3 +147,16 @@ def duration(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds // 3600} h {seconds % 3600 // 60} min"
     return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` on one line, at most `limit` characters: cut at the last word boundary that fits, with
+    an ellipsis; a single word longer than the limit is cut inside it (there is no boundary)."""
+    text = " ".join((text or "").split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    boundary = cut.rfind(" ")
+    if boundary > 0 and cut[-1].isalnum() and text[limit - 1].isalnum():  # the cut falls inside a word
+        cut = cut[:boundary]
+    return cut.rstrip(" ,;:.-–—") + "…"

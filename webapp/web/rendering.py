@@ -5,10 +5,13 @@ Tool calls in words for people are webapp/conversations/cards.py's."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import nh3
 from markdown_it import MarkdownIt
-from markupsafe import Markup
+from markupsafe import Markup, escape
+
+from webapp.tools.presenting import shorten
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
 
@@ -38,6 +41,21 @@ def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
+def when(moment: datetime | None, seconds: bool = False, relative: bool = True) -> Markup:
+    """A moment for people: the exact UTC time in a <time> element, which static/js/times.js turns
+    into "3 min ago" with the exact time in the viewer's time zone on hover (relative=False: into the
+    exact time in the viewer's time zone, for sentences like "decided at ..."). Naive values are UTC."""
+    if moment is None:
+        return Markup('<span class="muted">never</span>')
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    exact = moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    kind = Markup("data-relative" if relative else "data-local")
+    return Markup('<time datetime="{}" {} title="{} UTC">{} UTC</time>').format(escape(iso), kind, exact, exact)
+
+
 def register(app) -> None:
     app.jinja_env.filters["markdown"] = markdown
     app.jinja_env.filters["pretty_json"] = pretty_json
+    app.jinja_env.filters["when"] = when
+    app.jinja_env.filters["shorten"] = shorten
