@@ -207,11 +207,11 @@ def save_policy(
     if tool.sensitive and mode == "never":
         raise PolicyError(f"{tool.name} changes things for customers; it must wait for at least one person.")
     if mode == "above_amount":
-        if "amount_cents" not in tool.Input.model_fields:
+        if "amount_cents" not in tool.input_schema().get("properties", {}):
             raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount rule.")
         if not isinstance(amount_threshold_cents, int) or not 0 <= amount_threshold_cents <= 10_000_000:
             raise PolicyError("The amount limit must be a whole number of cents from 0 to 10,000,000.")
-        most = tool.Input.model_json_schema()["properties"]["amount_cents"].get("maximum")
+        most = tool.input_schema()["properties"]["amount_cents"].get("maximum")
         if tool.sensitive and most is not None and amount_threshold_cents >= most:
             raise PolicyError(
                 f"{tool.name} can ask for at most ${most / 100:,.2f}, so with a limit of "
@@ -252,7 +252,7 @@ def _check_limits(tool: Tool, limits: Limits) -> None:
             raise PolicyError(f"The most calls {words} must be a whole number from 1 to 100,000, or empty.")
         if cents is None:
             continue
-        if "amount_cents" not in tool.Input.model_fields:
+        if "amount_cents" not in tool.input_schema().get("properties", {}):
             raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount limit.")
         if not isinstance(cents, int) or not 1 <= cents <= 10_000_000:
             raise PolicyError(f"The most money {words} must be from $0.01 to $100,000.00, or empty.")

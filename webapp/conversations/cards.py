@@ -58,7 +58,7 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
         outcome=outcome,
         rows=rows,
         data=raw,
-        arguments=arguments(tool.Input if tool else None, call.input),
+        arguments=arguments(list(tool.input_schema().get("properties", {})) if tool else [], call.input),
     )
 
 

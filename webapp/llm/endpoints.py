@@ -7,8 +7,6 @@ or llama.cpp server, another account) and serve a tenant from one of them (`flas
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import re
 import threading
@@ -23,7 +21,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp.config import Config
+from webapp.config import Config, fernet
 from webapp.llm.client import ModelClient
 from webapp.llm.react import ReactClient
 from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
@@ -226,5 +224,4 @@ def _api_key(endpoint: ModelEndpoint, config: Config) -> str:
 
 
 def _fernet(config: Config) -> Fernet:
-    digest = hashlib.sha256(b"model endpoint keys\0" + config.secret_key.encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(digest))
+    return fernet(config.secret_key, "model endpoint keys")
