@@ -38,6 +38,7 @@ ITEMS = (
     NavItem("tokens.index", "API tokens", ("agent", "reviewer", "auditor", "admin"), "your tokens for programs"),
     NavItem("policies.index", "Policies", ("admin",), "which tool calls wait for people, and how many"),
     NavItem("assistant.index", "Assistant", ("admin",), "how the assistant writes, and its extra rules"),
+    NavItem("mcp.index", "MCP servers", ("admin",), "tools from MCP servers, and changes to accept"),
 )
 
 

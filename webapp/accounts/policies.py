@@ -27,7 +27,7 @@ def index():
 @bp.post("/<tool_name>")
 @roles_required("admin")
 def save_policy(tool_name: str):
-    tool = services().tools.get(tool_name)
+    tool = services().tools_for(db.session, _admin().tenant_id).get(tool_name)
     if tool is None:
         abort(404, description=f"There is no tool named {tool_name}.")
     form = request.form
@@ -64,7 +64,7 @@ def save_policy(tool_name: str):
 
 
 def _policies_page(errors: dict[str, str] | None = None) -> str:
-    tools = services().tools
+    tools = services().tools_for(db.session, _admin().tenant_id)
     rows = [
         (tools.get(name), policy_rules.policy_for(db.session, _admin().tenant_id, tools.get(name)))
         for name in sorted(tools.names())

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from webapp.agent import wording
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus
 from webapp.models import Decision, ToolCall
@@ -51,6 +52,8 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
         outcome = sentence or "Done."
         rows = result_rows(data)
         raw = pretty_json(data) if fenced else None
+    elif call.status == CallStatus.FAILED and (call.result or "").startswith(wording.UNCERTAIN):
+        outcome = wording.UNCERTAIN_FOR_PEOPLE
     elif call.status == CallStatus.FAILED:
         outcome = f"Failed: {failure(call.result)}"
     return Card(

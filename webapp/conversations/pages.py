@@ -52,7 +52,7 @@ def _render_conversation(conversation: Conversation, status: int = 200, keep_dra
         "entries": transcript(conversation),
         "status_labels": STATUS_LABELS,
         "unknown_stop": conversation.stop_reason not in KNOWN_STOPS | {None},
-        "tools": services().tools,
+        "tools": services().tools_for(db.session, conversation.tenant_id),
         "owner": db.session.get(User, conversation.user_id),
         "composer_open": conversation.status in IDLE and conversation.user_id == current_user.id,
         "partial_answer": services().dispatcher.partial_answer(conversation.id)

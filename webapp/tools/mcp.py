@@ -501,6 +501,7 @@ def _apply(
                 accepted_by_id=by_user_id,
                 accepted_at=utcnow(),
             )
+            session.add(row)
             taken.add(row.registry_name)
             report.added.append(row.registry_name)
         elif problem:
