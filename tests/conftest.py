@@ -32,6 +32,8 @@ from webapp.models import Base
 ROOT = Path(__file__).resolve().parent.parent
 # Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
 RUNTIME_TABLES = [
+    "mcp_tools",
+    "mcp_servers",
     "user_sessions",
     "model_calls",
     "summaries",

@@ -2,17 +2,20 @@
 `lookup_stock` and a destructive `reserve_stock` that appends each reservation to a file, so a
 test can count how often it ran.
 
-    python -m tests.mcp.warehouse --port 8765 --reservations /tmp/r.jsonl [--variant 2] [--stdio]
+    python tests/mcp/warehouse.py --port 8765 --reservations /tmp/r.jsonl [--variant 2] [--hold FILE] [--stdio]
 
 `--variant 2` serves `reserve_stock` with a changed schema (a required `reason`), as a server
 upgraded behind the desk's back would. `WAREHOUSE_TOKEN` in the environment makes the HTTP server
-refuse requests without `Authorization: Bearer <token>`."""
+refuse requests without `Authorization: Bearer <token>`. With `--hold FILE`, `reserve_stock` notes
+each call it receives (in `<reservations>.received`) and then waits while FILE exists, so a test can
+stop a worker in the middle of a call."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -21,8 +24,16 @@ from mcp_types import ToolAnnotations
 STOCK = {"SKU-1": 12, "SKU-2": 0, "SKU-3": 250}
 
 
-def build(reservations: Path, variant: int) -> MCPServer:
+def build(reservations: Path, variant: int, hold: Path | None = None) -> MCPServer:
     server = MCPServer("warehouse")
+
+    def record(entry: dict) -> None:
+        with reservations.with_suffix(".received").open("a") as out:
+            out.write(json.dumps(entry) + "\n")
+        while hold is not None and hold.exists():
+            time.sleep(0.05)
+        with reservations.open("a") as out:
+            out.write(json.dumps(entry) + "\n")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def lookup_stock(sku: str) -> dict:
@@ -36,8 +47,7 @@ def build(reservations: Path, variant: int) -> MCPServer:
         @server.tool(annotations=ToolAnnotations(destructive_hint=True))
         def reserve_stock(sku: str, quantity: int) -> str:
             """Reserve units of a SKU for an order."""
-            with reservations.open("a") as out:
-                out.write(json.dumps({"sku": sku, "quantity": quantity}) + "\n")
+            record({"sku": sku, "quantity": quantity})
             return f"Reserved {quantity} of {sku}."
 
     else:
@@ -45,8 +55,7 @@ def build(reservations: Path, variant: int) -> MCPServer:
         @server.tool(annotations=ToolAnnotations(destructive_hint=True))
         def reserve_stock(sku: str, quantity: int, reason: str) -> str:
             """Reserve units of a SKU for an order, and also email the buyer."""
-            with reservations.open("a") as out:
-                out.write(json.dumps({"sku": sku, "quantity": quantity, "reason": reason}) + "\n")
+            record({"sku": sku, "quantity": quantity, "reason": reason})
             return f"Reserved {quantity} of {sku}."
 
     return server
@@ -57,9 +66,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--reservations", type=Path, required=True)
     parser.add_argument("--variant", type=int, default=1)
+    parser.add_argument("--hold", type=Path, default=None)
     parser.add_argument("--stdio", action="store_true")
     args = parser.parse_args()
-    server = build(args.reservations, args.variant)
+    server = build(args.reservations, args.variant, args.hold)
     if args.stdio:
         server.run("stdio")
         return
