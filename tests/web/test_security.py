@@ -73,6 +73,7 @@ PREFIX_EXPECTED = {
     "users.": {"admin"},
     "policies.": {"admin"},
     "assistant.": {"admin"},
+    "mcp.": {"admin"},
     "tokens.": EVERYONE,
     "approvals.": {"reviewer"},
     "live.": EVERYONE,
@@ -128,6 +129,7 @@ def sample(app, api, model):
         "user_id": target.id,
         "token_id": token.id,
         "tool_name": "send_email",
+        "name": "no-such-server",  # an MCP server's name (the MCP servers page)
     }
     db.session.remove()
     return values
