@@ -11,8 +11,6 @@ Config is the app's (web, worker, scheduler); ServerConfig is what gunicorn.conf
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import secrets
 import sys
@@ -21,7 +19,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, get_args
 
-from cryptography.fernet import Fernet
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
@@ -344,10 +341,3 @@ class ServerConfig(_LogSettings):
     web_timeout: int = _whole_number("WEB_TIMEOUT", 30, minimum=1)  # seconds of silence before a restart
     # the proxy that ends TLS, whose X-Forwarded-* headers are believed; set but empty: none is
     forwarded_allow_ips: str = _text("FORWARDED_ALLOW_IPS", "127.0.0.1", blank_is_a_value=True)
-
-
-def fernet(secret_key: str, purpose: str) -> Fernet:
-    """The key that seals stored secrets of one kind (model endpoint keys, MCP server headers), derived
-    from SECRET_KEY: changing SECRET_KEY makes them unreadable, so they are entered again."""
-    digest = hashlib.sha256(purpose.encode() + b"\0" + secret_key.encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(digest))

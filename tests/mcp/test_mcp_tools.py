@@ -142,7 +142,8 @@ def test_a_tool_whose_server_changes_it_is_held_until_an_admin_accepts_the_chang
     assert response.status_code == 303
     row = read(lambda s: s.scalar(select(McpTool).where(McpTool.registry_name == RESERVE)))
     assert not row.held and "reason" in row.input_schema["required"]
-    event = read(lambda s: s.scalar(select(AuditEvent).where(AuditEvent.action == "mcp_tool_accepted")))
+    newest = select(AuditEvent).where(AuditEvent.action == "mcp_tool_accepted").order_by(AuditEvent.id.desc())
+    event = read(lambda s: s.scalar(newest.limit(1)))
     assert event.actor_label == "admin@acme.test" and event.tool_name == RESERVE
     assert "reason" in str(event.data["after"]) and "reason" not in str(event.data["before"]["input_schema"])
 

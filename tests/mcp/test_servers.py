@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from tests.clients import sign_in
 from tests.mcp.conftest import stdio_command
@@ -21,12 +21,20 @@ from webapp.tools.registry import ToolContext
 LOOKUP = "mcp_warehouse__lookup_stock"
 
 
-def events(action: str) -> list[AuditEvent]:
+def newest_event() -> int:
+    """The newest audit event's id (the audit log is kept from test to test)."""
     db.session.remove()
-    return list(db.session.scalars(select(AuditEvent).where(AuditEvent.action == action).order_by(AuditEvent.id)))
+    return db.session.scalar(select(func.max(AuditEvent.id))) or 0
+
+
+def events(action: str, after: int) -> list[AuditEvent]:
+    db.session.remove()
+    query = select(AuditEvent).where(AuditEvent.action == action, AuditEvent.id > after).order_by(AuditEvent.id)
+    return list(db.session.scalars(query))
 
 
 def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse):
+    since = newest_event()
     added = cli(
         "mcp", "add", "warehouse", "--url", warehouse.url, "--tenant", "acme",
         "--header", "Authorization: Bearer s3cret-value", "--header", "X-Team: $MCP_TEST_TEAM",
@@ -41,7 +49,7 @@ def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse):
         f"acme warehouse: {warehouse.url}; headers: Authorization (stored encrypted), X-Team (from $MCP_TEST_TEAM)"
         in (listed.output)
     )
-    assert "s3cret" not in listed.output and "s3cret" not in json.dumps(events("mcp_server_added")[0].data)
+    assert "s3cret" not in listed.output and "s3cret" not in json.dumps(events("mcp_server_added", since)[0].data)
     stored = db.session.scalar(select(McpServer)).headers
     assert "s3cret" not in json.dumps(stored) and stored[1] == {"name": "X-Team", "env": "MCP_TEST_TEAM"}
     assert cli("mcp", "list", "--tenant", "globex").output == "No MCP servers.\n"
@@ -56,7 +64,7 @@ def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse):
     )
     db.session.remove()
     assert db.session.scalar(select(McpTool.id)) is None
-    assert [e.actor_label for e in events("mcp_server_removed")] == ["command line"]
+    assert [e.actor_label for e in events("mcp_server_removed", since)] == ["command line"]
 
 
 @pytest.mark.parametrize(
@@ -112,6 +120,7 @@ def test_headers_are_sent_sealed_or_from_the_environment(cli, tmp_path, warehous
 
 
 def test_the_admin_page_adds_syncs_and_removes_and_keeps_what_was_typed(app, warehouse):
+    since = newest_event()
     admin = sign_in(app, "admin@acme.test")
     assert "MCP servers" in admin.get("/").text  # in the navigation
     typed = {"name": "warehouse", "url": "http://127.0.0.1:1/mcp", "headers": "Authorization: Bearer abc"}
@@ -132,9 +141,9 @@ def test_the_admin_page_adds_syncs_and_removes_and_keeps_what_was_typed(app, war
     assert "Synced warehouse. Nothing changed." in admin.get("/admin/mcp").text
     assert admin.post("/admin/mcp/warehouse/remove").status_code == 303
     assert "No MCP servers yet." in admin.get("/admin/mcp").text
-    assert [e.actor_label for e in events("mcp_server_added")] == ["admin@acme.test"]
-    assert [e.data["server"] for e in events("mcp_server_synced")] == ["warehouse"]
-    assert events("mcp_server_removed")[0].data["tools"] == [LOOKUP, "mcp_warehouse__reserve_stock"]
+    assert [e.actor_label for e in events("mcp_server_added", since)] == ["admin@acme.test"]
+    assert [e.data["server"] for e in events("mcp_server_synced", since)] == ["warehouse"]
+    assert events("mcp_server_removed", since)[0].data["tools"] == [LOOKUP, "mcp_warehouse__reserve_stock"]
 
 
 def test_only_admins_use_the_page(app):

@@ -21,7 +21,8 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp.config import Config, fernet
+from webapp import sealing
+from webapp.config import Config
 from webapp.llm.client import ModelClient
 from webapp.llm.react import ReactClient
 from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
@@ -224,4 +225,4 @@ def _api_key(endpoint: ModelEndpoint, config: Config) -> str:
 
 
 def _fernet(config: Config) -> Fernet:
-    return fernet(config.secret_key, "model endpoint keys")
+    return sealing.fernet(config.secret_key, "model endpoint keys")

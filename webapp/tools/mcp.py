@@ -38,16 +38,15 @@ from urllib.parse import urlsplit
 import anyio
 import httpx2
 import jsonschema
-from cryptography.fernet import InvalidToken
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp.config import Config, fernet
+from webapp import sealing
+from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
 from webapp.tools.registry import Concern, InvalidInput, Tool, ToolContext, ToolError, wrap_output
 
@@ -114,8 +113,8 @@ class Access:
                 values[name] = os.environ.get(value, "")
                 continue
             try:
-                values[name] = fernet(self.secret_key, _SEALING).decrypt(value.encode()).decode()
-            except InvalidToken:
+                values[name] = sealing.unseal(self.secret_key, _SEALING, value)
+            except sealing.InvalidToken:
                 raise McpError(
                     f"The {name} header of the MCP server {self.server} cannot be read: SECRET_KEY changed since it "
                     "was stored. Remove the server and add it again with its headers."
@@ -127,9 +126,7 @@ class Access:
 async def _opened(access: Access):
     """An initialised client session with the server."""
     if access.url:
-        async with create_mcp_http_client(
-            headers=access.header_values(), timeout=httpx2.Timeout(access.timeout)
-        ) as http:
+        async with httpx2.AsyncClient(headers=access.header_values(), timeout=httpx2.Timeout(access.timeout)) as http:
             async with Client(
                 streamable_http_client(access.url, http_client=http), cache=None, read_timeout_seconds=access.timeout
             ) as client:
@@ -389,7 +386,7 @@ def stored_headers(secret_key: str, pairs: list[tuple[str, str]]) -> list[dict]:
         if reference:
             stored.append({"name": name, "env": reference.group(1)})
         else:
-            stored.append({"name": name, "sealed": fernet(secret_key, _SEALING).encrypt(value.encode()).decode()})
+            stored.append({"name": name, "sealed": sealing.seal(secret_key, _SEALING, value)})
     return stored
 
 
