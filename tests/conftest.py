@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_TABLES = [
     "notification_deliveries",
     "notification_channels",
+    "mcp_tools",
+    "mcp_servers",
     "user_sessions",
     "model_calls",
     "summaries",

@@ -77,7 +77,7 @@ def create_app(config: Config | None = None) -> Flask:
 def _register_features(app: Flask) -> None:
     """Each feature package's blueprints, the navigation across them, and the command line."""
     from webapp import cli, home, navigation
-    from webapp.accounts import assistant, policies, sign_in, tokens, users
+    from webapp.accounts import assistant, mcp_servers, policies, sign_in, tokens, users
     from webapp.accounts import notifications as notification_settings
     from webapp.api import routes as api
     from webapp.approvals import pages as approvals
@@ -104,6 +104,7 @@ def _register_features(app: Flask) -> None:
         policies.bp,
         assistant.bp,
         notification_settings.bp,
+        mcp_servers.bp,
         ops.bp,
     ):
         app.register_blueprint(blueprint)

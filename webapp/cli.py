@@ -450,3 +450,107 @@ def register(app: Flask) -> None:
         from webapp.runtime.work import sweep
 
         click.echo(f"Re-enqueued {sweep()} conversation(s).")
+
+    _register_mcp(app)
+
+
+def _register_mcp(app: Flask) -> None:
+    """`flask mcp add|list|sync|remove`: a tenant's MCP servers (webapp/tools/mcp.py)."""
+    from webapp.accounts import mcp_actions
+    from webapp.models import OPERATIONS_SLUG, McpServer, Tenant
+    from webapp.tools import mcp
+
+    group = AppGroup("mcp", help="MCP servers whose tools join a tenant's assistant, behind the approval gate.")
+
+    def tenant_of(slug: str) -> Tenant:
+        tenant = db.session.scalar(select(Tenant).where(Tenant.slug == slug.strip(), Tenant.slug != OPERATIONS_SLUG))
+        if tenant is None:
+            raise click.UsageError(f"There is no tenant {slug.strip()!r}; `flask mcp list` shows the tenants' servers.")
+        return tenant
+
+    def tool_lines(server: McpServer) -> list[str]:
+        registry = services().tools_for(db.session, server.tenant_id)
+        lines = []
+        for row in server.tools:
+            tool = registry.get(row.registry_name)
+            if row.held:
+                rule = "HELD: changed since accepted; accept it on the MCP servers page"
+            else:
+                rule = "runs at once (read-only)" if tool and not tool.sensitive else "waits for one approval"
+            lines.append(f"  {row.registry_name} ({row.remote_name}): {rule}")
+        return lines
+
+    @group.command("add")
+    @click.argument("name")
+    @click.option("--tenant", "slug", required=True, help="The tenant whose assistant gets the tools.")
+    @click.option("--url", default=None, help="A streamable HTTP server, e.g. https://mcp.example.com/mcp.")
+    @click.option("--command", default=None, help='Or: a local server the desk starts, e.g. "python -m inventory".')
+    @click.option(
+        "--header",
+        "headers",
+        multiple=True,
+        help='"Name: value", sent with every request; stored encrypted, or "Name: $VARIABLE" to read it from the '
+        "environment at each use.",
+    )
+    def add_command(name: str, slug: str, url: str | None, command: str | None, headers: tuple[str, ...]) -> None:
+        """Register the MCP server NAME for a tenant, connect to it, and list the tools it offers."""
+        tenant = tenant_of(slug)
+        try:
+            server, report = mcp_actions.add(
+                db.session, tenant.id, None, name, url=url, command=command, headers=list(headers)
+            )
+        except mcp.McpError as exc:
+            raise click.UsageError(str(exc)) from None
+        click.echo(f"Added MCP server {server.name} to {tenant.slug}, with {len(server.tools)} tool(s):")
+        for line in tool_lines(server):
+            click.echo(line)
+        for remote, why in report.refused:
+            click.echo(f"  refused {remote}: {why}")
+
+    @group.command("list")
+    @click.option("--tenant", "slug", default=None, help="Only this tenant's servers.")
+    def list_command(slug: str | None) -> None:
+        """The MCP servers, their tools and whether any is held (header values are never shown)."""
+        query = select(McpServer, Tenant.slug).join(Tenant, Tenant.id == McpServer.tenant_id)
+        if slug is not None:
+            query = query.where(McpServer.tenant_id == tenant_of(slug).id)
+        rows = db.session.execute(query.order_by(Tenant.slug, McpServer.name)).all()
+        if not rows:
+            click.echo("No MCP servers.")
+        for server, tenant_slug in rows:
+            headers = mcp.header_words(server)
+            synced = f"synced {server.synced_at:%Y-%m-%d %H:%M} UTC" if server.synced_at else "never synced"
+            click.echo(
+                f"{tenant_slug} {server.name}: {server.url or 'command: ' + server.command}"
+                f"{'; headers: ' + ', '.join(headers) if headers else ''}; {synced}"
+            )
+            for line in tool_lines(server):
+                click.echo(line)
+
+    @group.command("sync")
+    @click.argument("name")
+    @click.option("--tenant", "slug", required=True)
+    def sync_command(name: str, slug: str) -> None:
+        """Read the server's tools again: new ones join, gone ones leave, changed ones are held."""
+        tenant = tenant_of(slug)
+        try:
+            report = mcp_actions.sync(db.session, tenant.id, None, name)
+        except mcp.McpError as exc:
+            raise click.UsageError(str(exc)) from None
+        click.echo(f"Synced MCP server {name.strip()} of {tenant.slug}.")
+        for line in report.lines():
+            click.echo(f"  {line}")
+
+    @group.command("remove")
+    @click.argument("name")
+    @click.option("--tenant", "slug", required=True)
+    def remove_command(name: str, slug: str) -> None:
+        """Remove the server; its tools leave the tenant's assistant."""
+        tenant = tenant_of(slug)
+        try:
+            names = mcp_actions.remove(db.session, tenant.id, None, name)
+        except mcp.McpError as exc:
+            raise click.UsageError(str(exc)) from None
+        click.echo(f"Removed MCP server {name.strip()} of {tenant.slug} and its tools: {', '.join(names) or 'none'}.")
+
+    app.cli.add_command(group)

@@ -309,6 +309,11 @@ class Config(_LogSettings):
     smtp_starttls: Flag = Field(True, validation_alias="SMTP_STARTTLS", description="1 or 0", examples=["1"])
     # "package.module:ToolClass" entries added to the billing tools
     extra_tools: Annotated[tuple[str, ...], BeforeValidator(_tool_paths)] = Field((), validation_alias="EXTRA_TOOLS")
+    # MCP servers' tools (webapp/tools/mcp.py): the longest one call (or listing) may take, how many
+    # tries a server that cannot be reached gets, and the wait before the second try (doubled after)
+    mcp_timeout_seconds: float = _number_of("seconds", "MCP_TIMEOUT_SECONDS", 30.0, minimum=0.1)
+    mcp_tries: int = _whole_number("MCP_TRIES", 3, minimum=1)
+    mcp_retry_seconds: float = _number_of("seconds", "MCP_RETRY_SECONDS", 0.5, minimum=0.0)
 
     @model_validator(mode="before")
     @classmethod

@@ -420,6 +420,64 @@ class ToolAccess(Base):
     __table_args__ = (UniqueConstraint("tenant_id", "tool_name", name="uq_tool_access_tenant_tool"),)
 
 
+class McpServer(Base):
+    """A Model Context Protocol server a tenant's admins registered: reached over streamable HTTP at
+    `url`, or started by the desk from `command` (stdio). `headers` are sent with every HTTP request:
+    a list of {"name", "sealed"} (the value encrypted with a key derived from SECRET_KEY) or
+    {"name", "env"} (read from that environment variable at each use); values are never shown back.
+    `version` goes up with every change to the server or its tools, so each process rebuilds the
+    tenant's tool registry when it moves (webapp/runtime/services.py)."""
+
+    __tablename__ = "mcp_servers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(40))
+    url: Mapped[str | None] = mapped_column(String(500))
+    command: Mapped[str | None] = mapped_column(Text)
+    headers: Mapped[list] = mapped_column(JSONType, default=list)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    tools: Mapped[list[McpTool]] = relationship(
+        back_populates="server", cascade="all, delete-orphan", order_by="McpTool.remote_name"
+    )
+
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_mcp_servers_tenant_name"),)
+
+
+class McpTool(Base):
+    """One tool of an MCP server, as it joins its tenant's registry under `registry_name`. The
+    description, input schema and annotations an admin accepted are what the model is offered; the
+    server's current ones are kept beside them. When they differ (their fingerprints), the tool is
+    `held`: not offered, and a call of it refused, until an admin accepts the change."""
+
+    __tablename__ = "mcp_tools"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    server_id: Mapped[int] = mapped_column(ForeignKey("mcp_servers.id", ondelete="CASCADE"), index=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    registry_name: Mapped[str] = mapped_column(String(128))
+    remote_name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="")
+    input_schema: Mapped[dict] = mapped_column(JSONType)
+    annotations: Mapped[dict] = mapped_column(JSONType, default=dict)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    current_description: Mapped[str] = mapped_column(Text, default="")
+    current_input_schema: Mapped[dict] = mapped_column(JSONType)
+    current_annotations: Mapped[dict] = mapped_column(JSONType, default=dict)
+    current_fingerprint: Mapped[str] = mapped_column(String(64))
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
+    accepted_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    accepted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    server: Mapped[McpServer] = relationship(back_populates="tools")
+
+    __table_args__ = (UniqueConstraint("tenant_id", "registry_name", name="uq_mcp_tools_tenant_registry_name"),)
+
+
 class Decision(Base):
     """One person's decision on one tool call (append-only). A call needing N approvals collects N rows."""
 

@@ -39,6 +39,7 @@ ITEMS = (
     NavItem("policies.index", "Policies", ("admin",), "which tool calls wait for people, and how many"),
     NavItem("assistant.index", "Assistant", ("admin",), "how the assistant writes, and its extra rules"),
     NavItem("notifications.index", "Notifications", ("admin",), "reminders of waiting calls: webhook and e-mail"),
+    NavItem("mcp.index", "MCP servers", ("admin",), "tools from MCP servers, and changes to accept"),
 )
 
 

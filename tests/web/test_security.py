@@ -79,6 +79,7 @@ PREFIX_EXPECTED = {
     "policies.": {"admin"},
     "assistant.": {"admin"},
     "notifications.": {"admin"},
+    "mcp.": {"admin"},
     "tokens.": EVERYONE,
     "approvals.": {"reviewer"},
     "live.": EVERYONE,

@@ -116,8 +116,8 @@ class _Refusal:
 
 
 def _policies_page(refusal: _Refusal | None = None) -> str:
-    tools = services().tools
     tenant_id = _admin().tenant_id
+    tools = services().tools_for(db.session, tenant_id)
     settings = access_rules.accesses(db.session, tenant_id)
     names = _names(tenant_id, [user_id for setting in settings.values() for user_id in setting.user_ids])
     rows = []
@@ -146,7 +146,7 @@ def _policies_page(refusal: _Refusal | None = None) -> str:
 
 
 def _tool(tool_name: str):
-    tool = services().tools.get(tool_name)
+    tool = services().tools_for(db.session, _admin().tenant_id).get(tool_name)
     if tool is None:
         abort(404, description=f"There is no tool named {tool_name}.")
     return tool

@@ -352,11 +352,14 @@ class Loop:
 
     def run_call(self, call: ToolCall) -> None:
         """Execute a claimed call as the acting user; its result (or its open task) lands in the session."""
-        with bind(tool_call_id=call.id):
-            refusal = self._not_allowed(call)
-            if refusal:
-                outcome = ToolOutcome(refusal, True)
-            else:
+        tool = self.tools.get(call.name)
+        refusal = self._not_allowed(call)
+        if refusal:
+            outcome = ToolOutcome(refusal, True)
+        elif call.attempts > 1 and tool is not None and not tool.repeatable:  # it may have run: never twice
+            outcome = ToolOutcome(wording.RESULT_UNCERTAIN.format(name=call.name), True)
+        else:
+            with bind(tool_call_id=call.id):
                 outcome = self.tools.run(call.name, call.input, self._context(call), self.settings.tool_output_limit)
         self.hold()
         if outcome.task is not None:

@@ -38,7 +38,7 @@ class PolicyError(ValueError):
 
 def has_amount(tool: Tool) -> bool:
     """Whether the tool's calls carry an amount (`amount_cents`) that rules and limits can weigh."""
-    return "amount_cents" in tool.Input.model_fields
+    return "amount_cents" in tool.input_schema().get("properties", {})
 
 
 def modes_for(tool: Tool) -> tuple[str, ...]:
@@ -254,7 +254,7 @@ def save_policy(
             raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount rule.", "mode")
         if not isinstance(amount_threshold_cents, int) or not 0 <= amount_threshold_cents <= 10_000_000:
             raise PolicyError("The amount limit must be from $0.00 to $100,000.00.", "amount_threshold")
-        most = tool.Input.model_json_schema()["properties"]["amount_cents"].get("maximum")
+        most = tool.input_schema()["properties"]["amount_cents"].get("maximum")
         if tool.sensitive and most is not None and amount_threshold_cents >= most:
             raise PolicyError(
                 f"{tool.name} can ask for at most ${most / 100:,.2f}, so with a limit of "

@@ -53,6 +53,19 @@ RESULT_CANCELLED_RUNNING = (
     "Cancelled: the conversation was stopped while this call was being carried out; "
     "it may or may not have taken effect. Check before trying again."
 )
+# A call found running after a crash whose tool is not safe to send twice (an MCP tool not marked
+# idempotent: MCP has no idempotency keys). Cards show UNCERTAIN_FOR_PEOPLE instead.
+UNCERTAIN = "Outcome unknown:"
+RESULT_UNCERTAIN = (
+    f"{UNCERTAIN} the desk lost track of this call while it was being carried out (a worker stopped), "
+    "so it may or may not have taken effect. It was not sent again, because {name} is not marked safe to "
+    "repeat. Check whether it took effect before asking for it again."
+)
+UNCERTAIN_FOR_PEOPLE = (
+    f"{UNCERTAIN} a worker stopped while this call was being carried out, so it may or may not have "
+    "taken effect. It was not sent again, because its server does not mark it safe to repeat; check before "
+    "asking for it again."
+)
 RESULT_CUT_OFF = "Not run: the reply was cut off by the output token limit before this call was complete."
 RESULT_TASK_CANCELLED = (
     "Cancelled: the conversation was stopped while this call's task was still open ({where}); its tool was "

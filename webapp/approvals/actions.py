@@ -95,13 +95,13 @@ def _context(session: Session, call: ToolCall) -> ToolContext:
 def review(session: Session, call: ToolCall) -> Review:
     """What the call's tool says about it now, for its reviewer: the records it would change, and why
     it would fail as asked."""
-    return services().tools.review(call.name, call.input, _context(session, call))
+    return services().tools_for(session, call.tenant_id).review(call.name, call.input, _context(session, call))
 
 
 def edit_problems(session: Session, call: ToolCall, edited: dict) -> dict[str | None, str]:
     """Why the tool would refuse these edited arguments (its schema, then its own checks), by
     argument; empty when it would run them."""
-    concerns = services().tools.review(call.name, edited, _context(session, call)).concerns
+    concerns = services().tools_for(session, call.tenant_id).review(call.name, edited, _context(session, call)).concerns
     return {concern.field: concern.message for concern in concerns}
 
 
@@ -207,7 +207,7 @@ def decide(
             arguments_seen=seen,
             reason=reason,
             edited_input=edited_input,
-            tools=services().tools,
+            tools=services().tools_for(session, call.tenant_id),
         )
     except decisions.DecisionError as exc:
         session.rollback()

@@ -34,7 +34,7 @@ class EditField:
 
 
 def _properties(tool: Tool) -> tuple[dict, set[str]]:
-    schema = tool.Input.model_json_schema()
+    schema = tool.input_schema()
     return schema.get("properties", {}), set(schema.get("required", []))
 
 

@@ -96,7 +96,7 @@ def index():
         page = Page([], None)
     calls = page.rows
     people = {u.id: u for u in db.session.scalars(select(User).where(User.id.in_({c.acting_user_id for c in calls})))}
-    tools = sorted(services().tools.names())
+    tools = sorted(services().tools_for(db.session, current_user.tenant_id).names())
     return htmx.render(
         "approvals/index.html",
         "approvals/_list.html",
@@ -132,7 +132,7 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
     (with what the reviewer typed and what is wrong with it, after a refused edit)."""
     decisions = decisions_by_call(db.session, [call])[call.id]
     neighbours = _neighbours(call)
-    tool = services().tools.get(call.name)
+    tool = services().tools_for(db.session, call.tenant_id).get(call.name)
     waiting = call.status == CallStatus.AWAITING_APPROVAL
     review = approvals.review(db.session, call) if waiting else Review()
     errors = errors or {}
@@ -140,7 +140,7 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
     return {
         "call": call,
         "tool": tool,
-        "card": card(call, decisions, services().tools),
+        "card": card(call, decisions, services().tools_for(db.session, call.tenant_id)),
         "review": review,
         "records": _record_ids(review),
         "edit_fields": editing.fields(tool, call.input, typed, errors) if tool and waiting else [],
@@ -243,7 +243,7 @@ def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None)
         conversation=conversation,
         owner=db.session.get(User, conversation.user_id),
         entries=transcript(conversation),
-        tools=services().tools,
+        tools=services().tools_for(db.session, call.tenant_id),
         **_panel_context(call, typed, errors),
     )
 
@@ -262,7 +262,7 @@ def decide(tool_call_id: int):
     edited, typed = None, None
     if decision == "edit":
         call = _call(tool_call_id)
-        tool = services().tools.get(call.name)
+        tool = services().tools_for(db.session, call.tenant_id).get(call.name)
         if tool is None:
             return _refused(tool_call_id, Refused(422, "invalid_input", f"There is no tool {call.name} to edit for."))
         edited, typed, errors = editing.read(tool, form)
@@ -290,7 +290,7 @@ def decide(tool_call_id: int):
 
 def _decided(call: ToolCall, more: bool) -> str:
     """What the reviewer just did, in a sentence, and where they are taken next."""
-    tool = services().tools.get(call.name)
+    tool = services().tools_for(db.session, call.tenant_id).get(call.name)
     what = f"{tool.title if tool else call.name} #{call.id}"
     if call.status == CallStatus.REJECTED:
         done = f"You rejected {what}."

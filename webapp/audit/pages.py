@@ -72,7 +72,7 @@ def summary(event) -> str:
 
 def _choices(filters: queries.Filters) -> dict:
     """The options of the filter form; a value typed into the URL stays selectable."""
-    actions, tools = queries.ACTIONS, services().tools.names()
+    actions, tools = queries.ACTIONS, services().tools_for(db.session, current_user.tenant_id).names()
     return {
         "actions": actions if filters.action in ("", *actions) else (*actions, filters.action),
         "tools": tools if filters.tool in ("", *tools) else [*tools, filters.tool],

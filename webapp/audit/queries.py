@@ -62,6 +62,10 @@ ACTIONS = (
     "user_unlocked",
     "api_token_created",
     "api_token_revoked",
+    "mcp_server_added",
+    "mcp_server_synced",
+    "mcp_tool_accepted",
+    "mcp_server_removed",
 )
 OUTCOMES = (
     "succeeded",

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from webapp.agent import wording
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus
-from webapp.agent.wording import NOT_ALLOWED_HINT
 from webapp.models import Decision, ToolCall
 from webapp.tools.presenting import Shown, arguments, changes, more_approvals, people, result_rows
 from webapp.tools.registry import OUTPUT_OPEN, RETRY_HINT, ToolRegistry, unwrap_output
@@ -54,6 +54,8 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
         rows = result_rows(data)
         raw = pretty_json(data) if fenced else None
         file = tool.result_file(data) if tool else None
+    elif call.status == CallStatus.FAILED and (call.result or "").startswith(wording.UNCERTAIN):
+        outcome = wording.UNCERTAIN_FOR_PEOPLE
     elif call.status == CallStatus.FAILED:
         outcome = f"Failed: {failure(call.result)}"
     return Card(
@@ -61,7 +63,7 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
         outcome=outcome,
         rows=rows,
         data=raw,
-        arguments=arguments(tool.Input if tool else None, call.input),
+        arguments=arguments(list(tool.input_schema().get("properties", {})) if tool else [], call.input),
         file=file,
     )
 
@@ -114,5 +116,5 @@ def failure(content: str | None) -> str:
         text = text.split("\n", 1)[1] if "\n" in text else ""
     if OUTPUT_OPEN in text:
         text = unwrap_output(text)
-    text = text.replace(RETRY_HINT, "").replace(NOT_ALLOWED_HINT, "")
+    text = text.replace(RETRY_HINT, "").replace(wording.NOT_ALLOWED_HINT, "")
     return text.strip() or "the tool gave no reason."

@@ -59,7 +59,7 @@ def _render_conversation(
         "live_tasks": services().dispatcher.live_tasks(working),
         "status_labels": STATUS_LABELS,
         "unknown_stop": conversation.stop_reason not in KNOWN_STOPS | {None},
-        "tools": services().tools,
+        "tools": services().tools_for(db.session, conversation.tenant_id),
         "owner": db.session.get(User, conversation.user_id),
         "composer_open": conversation.status in IDLE and conversation.user_id == current_user.id,
         "partial_answer": services().dispatcher.partial_answer(conversation.id)
@@ -179,7 +179,7 @@ def download(conversation_id: int, tool_call_id: int):
     call = db.session.scalar(
         select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.conversation_id == conversation.id)
     )
-    name = card(call, [], services().tools).file if call is not None else None
+    name = card(call, [], services().tools_for(db.session, conversation.tenant_id)).file if call is not None else None
     path = export_path(services().config.export_dir, conversation.tenant_id, name) if name else None
     if path is None or not path.is_file():
         abort(404, description="No such file in your account; it may have been removed.")

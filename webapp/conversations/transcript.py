@@ -36,7 +36,7 @@ def transcript(conversation: Conversation) -> list[Entry]:
         )
     }
     decisions = decisions_by_call(db.session, list(calls.values()))
-    tools = services().tools
+    tools = services().tools_for(db.session, conversation.tenant_id)
     entries: list[Entry] = []
     for row in rows:
         if row.seq - 1 in summaries:  # the turns before this row reach the model as a summary

@@ -11,7 +11,7 @@ import socket
 
 from webapp import notify
 from webapp.agent import decisions, moves, sweeper
-from webapp.models import Conversation
+from webapp.models import Conversation, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
@@ -105,7 +105,9 @@ def deliver_notice(channel_id: int, tool_call_id: int, kind: str, job=None) -> s
     attempt raises DeliveryFailed while `job` has retries left, so RQ tries again after its backoff."""
     desk = services()
     try:
-        row, outcome = notify.deliver(db.session, desk.config, desk.tools, channel_id, tool_call_id, kind)
+        call = db.session.get(ToolCall, tool_call_id)
+        tools = desk.tools_for(db.session, call.tenant_id) if call is not None else desk.tools  # its MCP tools too
+        row, outcome = notify.deliver(db.session, desk.config, tools, channel_id, tool_call_id, kind)
         db.session.commit()
     finally:
         db.session.remove()

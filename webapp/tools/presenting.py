@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from pydantic import BaseModel
-
 LONG_TEXT = 120  # longer text arguments are shown as a block of their own
 
 
@@ -65,9 +63,8 @@ def shown(name: str, value: Any) -> Shown:
     )
 
 
-def arguments(input_model: type[BaseModel] | None, values: dict) -> list[Shown]:
-    """A call's arguments in the order of the tool's schema (unknown ones after), for people."""
-    order = list(input_model.model_fields) if input_model else []
+def arguments(order: list[str], values: dict) -> list[Shown]:
+    """A call's arguments in the order of the tool's schema (`order`; unknown ones after), for people."""
     names = [n for n in order if n in values] + [n for n in values if n not in order]
     return [shown(name, values[name]) for name in names]
 

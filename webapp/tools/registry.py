@@ -50,6 +50,16 @@ class ToolError(Exception):
     """Raised by a tool for an expected failure; the message goes to the model as the error result."""
 
 
+class InvalidInput(Exception):
+    """Arguments that do not fit a tool's schema: `summary` for the model, `concerns` (one per argument)
+    for a reviewer."""
+
+    def __init__(self, summary: str, concerns: list[Concern]) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.concerns = concerns
+
+
 @dataclass(frozen=True)
 class Fact:
     """One line of what a reviewer should know, already in words: ("Left to refund", "$89.00")."""
@@ -102,6 +112,32 @@ class Tool:
     Input: ClassVar[type[BaseModel]]
     sensitive: ClassVar[bool] = False
     task_time_limit_seconds: ClassVar[float] = 3600.0  # a task without progress this long fails
+    # A call found running after a crash is sent again (with its idempotency key) when True; when
+    # False it settles as "may or may not have taken effect" (a remote tool with no idempotency keys).
+    repeatable: ClassVar[bool] = True
+
+    @classmethod
+    def input_schema(cls) -> dict:
+        """The JSON schema of the tool's arguments, as the model is given it."""
+        schema = cls.Input.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        return schema
+
+    @classmethod
+    def parse(cls, raw_input: Any) -> Any:
+        """The arguments, checked strictly against the schema (a number written as text is refused);
+        InvalidInput says what is wrong."""
+        try:
+            return cls.Input.model_validate(raw_input, strict=True)
+        except ValidationError as exc:
+            raise InvalidInput(_validation_summary(exc), input_concerns(exc)) from None
+
+    def unavailable(self) -> str | None:
+        """Why the tool may not be offered or called now (None: it may); a call of it gets this as its
+        error result."""
+        return None
 
     def execute(self, input: BaseModel, context: ToolContext) -> Any:  # noqa: A002 - the API's word
         raise NotImplementedError
@@ -137,11 +173,7 @@ class Tool:
 
     @classmethod
     def definition(cls) -> dict:
-        schema = cls.Input.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        return {"name": cls.name, "description": cls.description, "input_schema": schema}
+        return {"name": cls.name, "description": cls.description, "input_schema": cls.input_schema()}
 
 
 @dataclass(frozen=True)
@@ -164,10 +196,20 @@ class ToolRegistry:
             self.register(tool)
 
     def register(self, tool: type[Tool]) -> None:
+        self.add(tool())
+
+    def add(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
-        self._tools[tool.name] = tool()
+        self._tools[tool.name] = tool
         self._definitions = {}
+
+    def extended(self, tools: list[Tool]) -> ToolRegistry:
+        """A registry with this one's tools (the same instances) and these after them."""
+        registry = ToolRegistry()
+        for tool in [*self._tools.values(), *tools]:
+            registry.add(tool)
+        return registry
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -176,11 +218,15 @@ class ToolRegistry:
         return list(self._tools)
 
     def definitions(self, only: frozenset[str] | None = None) -> list[dict]:
-        """Tool definitions for the Messages API (of the tools named in `only`, when given); the last
-        one marks the cache breakpoint."""
+        """Tool definitions for the Messages API (of the tools named in `only`, when given), without the
+        tools that are unavailable now (a held MCP tool); the last one marks the cache breakpoint."""
         defs = self._definitions.get(only)
         if defs is None:
-            defs = [tool.definition() for name, tool in self._tools.items() if only is None or name in only]
+            defs = [
+                tool.definition()
+                for name, tool in self._tools.items()
+                if (only is None or name in only) and tool.unavailable() is None
+            ]
             if defs:
                 defs[-1] = {**defs[-1], "cache_control": {"type": "ephemeral"}}
             self._definitions[only] = defs
@@ -190,12 +236,14 @@ class ToolRegistry:
         """None when the call may run; otherwise the error the model should get instead."""
         tool = self.get(name)
         if tool is None:
-            known = ", ".join(sorted(self._tools)) or "none"
+            known = ", ".join(sorted(n for n, t in self._tools.items() if t.unavailable() is None)) or "none"
             return f"Unknown tool {name!r}. Available tools: {known}."
+        if (reason := tool.unavailable()) is not None:
+            return reason
         try:
-            tool.Input.model_validate(raw_input, strict=True)
-        except ValidationError as exc:
-            return f"Invalid input for {name}: {_validation_summary(exc)}.{RETRY_HINT}"
+            tool.parse(raw_input)
+        except InvalidInput as exc:
+            return f"Invalid input for {name}: {exc.summary}.{RETRY_HINT}"
         return None
 
     def review(self, name: str, raw_input: Any, context: ToolContext) -> Review:
@@ -204,10 +252,12 @@ class ToolRegistry:
         tool = self.get(name)
         if tool is None:
             return Review(concerns=(Concern(f"There is no tool {name} here any more; this call cannot run."),))
+        if (reason := tool.unavailable()) is not None:
+            return Review(concerns=(Concern(reason),))
         try:
-            parsed = tool.Input.model_validate(raw_input, strict=True)
-        except ValidationError as exc:
-            return Review(concerns=tuple(input_concerns(exc)))
+            parsed = tool.parse(raw_input)
+        except InvalidInput as exc:
+            return Review(concerns=tuple(exc.concerns))
         try:
             return tool.review(parsed, context)
         except ToolError as exc:
@@ -221,8 +271,8 @@ class ToolRegistry:
         not run as asked)."""
         tool = self.get(name)
         try:
-            return tool.customer_of(tool.Input.model_validate(raw_input, strict=True), context) if tool else None
-        except ValidationError:
+            return tool.customer_of(tool.parse(raw_input), context) if tool else None
+        except InvalidInput:
             return None
 
     def run(self, name: str, raw_input: Any, context: ToolContext, output_limit: int) -> ToolOutcome:
@@ -235,7 +285,7 @@ class ToolRegistry:
             tool,
             context,
             output_limit,
-            lambda: tool.execute(tool.Input.model_validate(raw_input, strict=True), context),
+            lambda: tool.execute(tool.parse(raw_input), context),
         )
 
     def resume(self, name: str, task: Task, context: ToolContext, output_limit: int) -> ToolOutcome:

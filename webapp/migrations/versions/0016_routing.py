@@ -1,13 +1,13 @@
 """Routing by difficulty: a tenant's small endpoint, the routing rules of its assistant settings,
 the route of a conversation's current run, and why each model call went where it went.
 
-Revision ID: 0017_routing
+Revision ID: 0016_routing
 Revises: 0015_notifications
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0017_routing'
+revision = '0016_routing'
 down_revision = '0015_notifications'
 branch_labels = None
 depends_on = None

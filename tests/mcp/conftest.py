@@ -1,0 +1,75 @@
+"""The warehouse MCP server (tests/mcp/warehouse.py) in a subprocess on a free port, over the real
+streamable HTTP transport."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+
+SCRIPT = Path(__file__).with_name("warehouse.py")
+
+
+def stdio_command(reservations: Path) -> str:
+    """The command that starts the warehouse as a stdio server."""
+    return f"{sys.executable} {SCRIPT} --stdio --reservations {reservations}"
+
+
+class Warehouse:
+    def __init__(self, tmp_path: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.reservations = tmp_path / "reservations.jsonl"
+        self.hold = tmp_path / "hold"
+        self.log = tmp_path / "warehouse.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self, variant: int = 1, token: str | None = None) -> Warehouse:
+        env = {"PATH": "/usr/bin:/bin", **({"WAREHOUSE_TOKEN": token} if token else {})}
+        args = [sys.executable, str(SCRIPT), "--port", str(self.port), "--reservations", str(self.reservations)]
+        args += ["--variant", str(variant), "--hold", str(self.hold)]
+        with self.log.open("a") as log:
+            self.process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self._answers, 60, "the warehouse MCP server to listen")
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+    def _answers(self) -> bool:
+        assert self.process.poll() is None, self.log.read_text()
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def reserved(self) -> list[dict]:
+        """The reservations the server carried out."""
+        if not self.reservations.exists():
+            return []
+        return [json.loads(line) for line in self.reservations.read_text().splitlines()]
+
+    def received(self) -> int:
+        """How many reserve_stock calls reached the server."""
+        received = self.reservations.with_suffix(".received")
+        return len(received.read_text().splitlines()) if received.exists() else 0
+
+
+@pytest.fixture
+def warehouse(tmp_path) -> Iterator[Warehouse]:
+    server = Warehouse(tmp_path).start()
+    yield server
+    server.stop()

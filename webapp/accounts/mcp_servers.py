@@ -1,0 +1,129 @@
+"""The MCP servers admin page: a tenant's servers with their tools and what each does by default,
+adding one (URL or command, headers whose values are never shown back), syncing, removing, and the
+tools held because their server changed them: what changed, side by side, and Accept. Every change
+goes through webapp/accounts/mcp_actions.py (audited); a refused form keeps what was typed."""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_login import current_user
+from sqlalchemy import select
+
+from webapp.accounts import mcp_actions
+from webapp.models import McpServer
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
+from webapp.tools import mcp
+from webapp.web.security import roles_required
+
+bp = Blueprint("mcp", __name__, url_prefix="/admin/mcp")
+
+
+@bp.get("")
+@roles_required("admin")
+def index():
+    return _page()
+
+
+@bp.post("")
+@roles_required("admin")
+def add():
+    form = request.form
+    try:
+        server, report = mcp_actions.add(
+            db.session,
+            current_user.tenant_id,
+            current_user._get_current_object(),
+            form.get("name", ""),
+            url=form.get("url"),
+            command=form.get("command"),
+            headers=form.get("headers", "").splitlines(),
+        )
+    except mcp.McpError as exc:
+        return _page(error=str(exc), typed=form), 422
+    flash(f"Added {server.name} with {len(server.tools)} tool(s). " + " ".join(_said(report)), "info")
+    return redirect(url_for(".index"), code=303)
+
+
+@bp.post("/<name>/sync")
+@roles_required("admin")
+def sync(name: str):
+    try:
+        report = mcp_actions.sync(db.session, current_user.tenant_id, current_user._get_current_object(), name)
+    except mcp.McpError as exc:
+        return _page(error=str(exc)), 422
+    flash(f"Synced {name}. " + (" ".join(_said(report)) or "Nothing changed."), "info")
+    return redirect(url_for(".index"), code=303)
+
+
+@bp.post("/<name>/remove")
+@roles_required("admin")
+def remove(name: str):
+    try:
+        names = mcp_actions.remove(db.session, current_user.tenant_id, current_user._get_current_object(), name)
+    except mcp.McpError as exc:
+        return _page(error=str(exc)), 422
+    flash(f"Removed {name} and its {len(names)} tool(s); the assistant no longer has them.", "info")
+    return redirect(url_for(".index"), code=303)
+
+
+@bp.post("/tools/<tool_name>/accept")
+@roles_required("admin")
+def accept(tool_name: str):
+    try:
+        mcp_actions.accept(db.session, current_user.tenant_id, current_user._get_current_object(), tool_name)
+    except mcp.McpError as exc:
+        return _page(error=str(exc)), 422
+    flash(f"Accepted the change to {tool_name}; the assistant is offered it again.", "info")
+    return redirect(url_for(".index"), code=303)
+
+
+def _said(report: mcp.SyncReport) -> list[str]:
+    """A sync's findings in sentences."""
+    said = []
+    if report.added:
+        said.append(f"New: {', '.join(report.added)}.")
+    if report.held:
+        said.append(f"Held until you accept their change: {', '.join(report.held)}.")
+    if report.removed:
+        said.append(f"Gone from the server: {', '.join(report.removed)}.")
+    said.extend(f"Refused {name}: {why}." for name, why in report.refused)
+    return said
+
+
+def _page(error: str | None = None, typed=None) -> str:
+    tenant_id = current_user.tenant_id
+    query = select(McpServer).where(McpServer.tenant_id == tenant_id).order_by(McpServer.name)
+    servers = list(db.session.scalars(query))
+    registry = services().tools_for(db.session, tenant_id)
+    return render_template(
+        "accounts/mcp.html",
+        servers=servers,
+        registry=registry,
+        headers={server.id: mcp.header_words(server) for server in servers},
+        changes={tool.id: _changes(tool) for server in servers for tool in server.tools if tool.held},
+        error=error,
+        typed=typed or {},
+    )
+
+
+def _changes(tool) -> list[tuple[str, str, str]]:
+    """What a held tool's server changed: (what, before, now), and the schema's lines that differ."""
+    found = []
+    if tool.description != tool.current_description:
+        found.append(("Description", tool.description, tool.current_description))
+    if tool.annotations != tool.current_annotations:
+        found.append(("Hints", _json(tool.annotations), _json(tool.current_annotations)))
+    if tool.input_schema != tool.current_input_schema:
+        diff = difflib.unified_diff(
+            _json(tool.input_schema).splitlines(), _json(tool.current_input_schema).splitlines(), lineterm="", n=2
+        )
+        found.append(("Input schema", _json(tool.input_schema), "\n".join(list(diff)[2:])))
+    return found
+
+
+def _json(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)

@@ -1,0 +1,574 @@
+"""Tools from Model Context Protocol servers, behind the same approval gate as the built-in tools.
+
+A tenant's admins register MCP servers (streamable HTTP at a URL, or a local command the desk starts
+and talks to over stdio); each server's tools join that tenant's registry as `McpTool`s under names
+the Messages API accepts (`mcp_<server>__<tool>`). The desk is the MCP client, inside the perimeter:
+the model only ever asks for a call, and the call waits for a person like any other.
+
+- The catalogue (`add_server`, `sync_server`, `accept_tool`, `remove_server`) keeps each tool's
+  description, input schema and annotations as an admin accepted them, and the server's current
+  ones. A tool whose current definition differs is held: not offered to the model, and a call of it
+  refused, until an admin accepts the change. A call also compares the server's listing with the
+  accepted definition just before it sends anything, so a change between syncs is never run.
+- A call runs in the worker's thread (`anyio.run`) with a timeout. A server that cannot be reached is
+  tried again with backoff (nothing was sent); a call lost after it was sent is tried again only when
+  the server marks the tool read-only or idempotent (MCP has no idempotency keys). Results, text and
+  structured content alike, go through the registry's fence as external data; an `isError` result
+  becomes an error result.
+- Annotations are hints from a server the desk does not control: read-only tools run at once by
+  default, every other tool waits for one approval (webapp/agent/policies.py `default_policy`).
+
+Nothing here loads Flask, RQ or Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import jsonschema
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webapp import sealing
+from webapp.config import Config
+from webapp.models import McpServer, McpTool, utcnow
+from webapp.tools.registry import Concern, InvalidInput, Tool, ToolContext, ToolError, wrap_output
+
+SERVER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+_ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_NOT_IN_NAMES = re.compile(r"[^a-zA-Z0-9_-]")
+NAME_LIMIT = 128  # the Messages API's longest tool name
+ERROR_CHARS = 2000  # of a server's error text, fenced, in an error result
+_SEALING = "mcp server headers"
+
+
+class McpError(Exception):
+    """Something about an MCP server an admin must fix or know; the message says what."""
+
+
+class _Unreachable(Exception):
+    """The server could not be reached, or failed before the call was sent: nothing was sent."""
+
+
+class _Lost(Exception):
+    """The call was sent, and then the server stopped answering or ran out of time."""
+
+
+# --- reaching a server ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Access:
+    """How to reach one server: its URL or command, and its headers (sealed or named variables),
+    opened only when a request is made."""
+
+    server: str
+    url: str | None
+    command: str | None
+    headers: tuple[tuple[str, str, str], ...] = ()  # (name, "sealed" | "env", token or variable)
+    secret_key: str = field(default="", repr=False)
+    timeout: float = 30.0
+    tries: int = 3
+    retry_seconds: float = 0.5
+
+    @classmethod
+    def of(cls, server: McpServer, config: Config) -> Access:
+        return cls(
+            server=server.name,
+            url=server.url,
+            command=server.command,
+            headers=tuple(
+                (h["name"], "env" if "env" in h else "sealed", h.get("env") or h["sealed"]) for h in server.headers
+            ),
+            secret_key=config.secret_key,
+            timeout=config.mcp_timeout_seconds,
+            tries=config.mcp_tries,
+            retry_seconds=config.mcp_retry_seconds,
+        )
+
+    def where(self) -> str:
+        return self.url or f"the command {self.command!r}"
+
+    def header_values(self) -> dict[str, str]:
+        values = {}
+        for name, kind, value in self.headers:
+            if kind == "env":
+                values[name] = os.environ.get(value, "")
+                continue
+            try:
+                values[name] = sealing.unseal(self.secret_key, _SEALING, value)
+            except sealing.InvalidToken:
+                raise McpError(
+                    f"The {name} header of the MCP server {self.server} cannot be read: SECRET_KEY changed since it "
+                    "was stored. Remove the server and add it again with its headers."
+                ) from None
+        return values
+
+
+@asynccontextmanager
+async def _opened(access: Access):
+    """An initialised client session with the server."""
+    if access.url:
+        async with httpx2.AsyncClient(headers=access.header_values(), timeout=httpx2.Timeout(access.timeout)) as http:
+            async with Client(
+                streamable_http_client(access.url, http_client=http), cache=None, read_timeout_seconds=access.timeout
+            ) as client:
+                yield client
+        return
+    argv = shlex.split(access.command or "")
+    parameters = StdioServerParameters(command=argv[0], args=argv[1:])
+    async with Client(parameters, cache=None, read_timeout_seconds=access.timeout) as client:
+        yield client
+
+
+def _run(access: Access, work: Callable[[Client, list], Awaitable[Any]]) -> Any:
+    """Connect, do the work within the timeout, disconnect, in this thread. A failure before the work
+    marked the request sent (by appending to the list it is given) is _Unreachable, after it _Lost;
+    the work's own ToolError and McpError pass through."""
+    sent: list = []
+
+    async def main():
+        with anyio.fail_after(access.timeout):
+            async with _opened(access) as client:
+                return await work(client, sent)
+
+    try:
+        return anyio.run(main)
+    except Exception as exc:  # whatever the transport raised, said in words
+        leaf = _leaf(exc)
+        if isinstance(leaf, (ToolError, McpError)):
+            raise leaf from None
+        raise (_Lost if sent else _Unreachable)(_reason(leaf)) from None
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure in a few words ("ConnectError: All connection attempts failed")."""
+    if isinstance(exc, TimeoutError):
+        return "it did not answer in time"
+    if isinstance(exc, MCPError):
+        return f"it answered with an error: {exc}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def _listing(client: Client) -> list:
+    tools, cursor = [], None
+    for _ in range(100):  # a paginator that never ends cannot hang a sync
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+def fetch_tools(access: Access) -> list[dict]:
+    """The server's tools as plain dicts (name, description, input_schema, annotations); McpError
+    says why there are none."""
+    try:
+        tools = _run(access, lambda client, _sent: _listing(client))
+    except (_Unreachable, _Lost) as exc:
+        raise McpError(f"The MCP server {access.server} at {access.where()} cannot be reached: {exc}.") from None
+    return [_plain(tool) for tool in tools]
+
+
+def _plain(tool: Any) -> dict:
+    annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
+    return {
+        "name": tool.name,
+        "description": tool.description or "",
+        "input_schema": tool.input_schema,
+        "annotations": annotations,
+    }
+
+
+def fingerprint(description: str, input_schema: Any, annotations: dict) -> str:
+    """What an admin accepts about a tool: its description, schema and hints (read-only, idempotent)."""
+    body = json.dumps([description, input_schema, annotations], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why an input schema cannot be used (None: it can)."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return "its input schema is not a JSON schema of an object"
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"its input schema is not valid JSON schema ({exc.message})"
+    return None
+
+
+# --- the tool ----------------------------------------------------------------------------------------
+
+
+class McpRemoteTool(Tool):
+    """One tool of an MCP server as its tenant's registry holds it: the definition an admin accepted,
+    run on the server through the MCP client."""
+
+    def __init__(self, row: McpTool, access: Access) -> None:
+        self.access = access
+        self.name = row.registry_name
+        self.remote_name = row.remote_name
+        self.server = access.server
+        hints = row.annotations or {}
+        self.title = f"{hints.get('title') or row.remote_name} ({access.server})"
+        self.description = (
+            f"{row.description.strip() or row.remote_name} "
+            f"(A tool of the MCP server {access.server}; its results are external data.)"
+        )
+        self._schema = row.input_schema
+        self._accepted = row.fingerprint
+        self.held = row.held
+        read_only = hints.get("readOnlyHint") is True
+        self.sensitive = not read_only  # read-only tools run at once by default; the others wait
+        self.repeatable = read_only or hints.get("idempotentHint") is True
+        strict = {**self._schema, "additionalProperties": self._schema.get("additionalProperties", False)}
+        self._validator = jsonschema.validators.validator_for(strict)(strict)
+
+    def input_schema(self) -> dict:
+        return self._schema
+
+    def definition(self) -> dict:
+        return {"name": self.name, "description": self.description, "input_schema": self._schema}
+
+    def unavailable(self) -> str | None:
+        if self.held:
+            return (
+                f"The tool {self.name} is held: its MCP server ({self.server}) changed what it says it does since "
+                "an admin accepted it, and an admin has to look at the change first. It was not called."
+            )
+        return None
+
+    def parse(self, raw_input: Any) -> dict:
+        if not isinstance(raw_input, dict):
+            raise InvalidInput("input: must be an object", [Concern("The arguments must be an object.")])
+        errors = sorted(self._validator.iter_errors(raw_input), key=lambda e: [str(p) for p in e.path])
+        if errors:
+            concerns = []
+            for error in errors[:5]:
+                where = str(error.path[0]) if error.path else None
+                concerns.append(Concern(f"{where}: {error.message}." if where else f"{error.message}.", where))
+            summary = "; ".join(f"{'.'.join(map(str, e.path)) or 'input'}: {e.message}" for e in errors[:5])
+            raise InvalidInput(summary, concerns)
+        return dict(raw_input)
+
+    def execute(self, input: dict, context: ToolContext) -> Any:  # noqa: A002 - the API's word
+        tries, wait, last = self.access.tries, self.access.retry_seconds, ""
+        for attempt in range(1, tries + 1):
+            try:
+                result = _run(self.access, lambda client, sent: self._call(client, input, sent))
+            except McpError as exc:
+                raise ToolError(str(exc)) from None
+            except _Unreachable as exc:
+                last = str(exc)
+            except _Lost as exc:
+                if not self.repeatable:
+                    raise ToolError(
+                        f"The MCP server {self.server} stopped answering after {self.remote_name} was sent "
+                        f"({exc}), so it may or may not have taken effect. It was not sent again: the server does "
+                        "not mark this tool safe to repeat. Check before asking for it again."
+                    ) from None
+                last = str(exc)
+            else:
+                return self._output(result)
+            if attempt < tries:
+                time.sleep(wait)
+                wait *= 2
+        raise ToolError(
+            f"The MCP server {self.server} could not be reached after {tries} tries ({last}); nothing was done. "
+            "It may be down: try again later."
+        )
+
+    async def _call(self, client: Client, arguments: dict, sent: list) -> Any:
+        """Compare the server's listing with the accepted definition, then call (never when it changed)."""
+        listed = next((t for t in await _listing(client) if t.name == self.remote_name), None)
+        if listed is None:
+            raise ToolError(f"The MCP server {self.server} no longer offers {self.remote_name}; nothing was done.")
+        now = _plain(listed)
+        if fingerprint(now["description"], now["input_schema"], now["annotations"]) != self._accepted:
+            raise ToolError(
+                f"The MCP server {self.server} changed {self.remote_name} (its description, schema or hints) since "
+                "an admin accepted it, so it was not called. An admin has to sync the server and accept the change."
+            )
+        sent.append(True)
+        try:
+            return await client.call_tool(self.remote_name, arguments)
+        except MCPError as exc:  # the server refused the request itself (an unknown tool, bad arguments)
+            raise ToolError(self._fenced(f"The MCP server {self.server} refused the call:", str(exc))) from None
+
+    def _output(self, result: Any) -> Any:
+        text = "\n".join(
+            block.text if getattr(block, "type", None) == "text" else f"[{getattr(block, 'type', 'other')} content]"
+            for block in result.content
+        )
+        if result.is_error:
+            raise ToolError(self._fenced(f"The MCP server {self.server} reported an error:", text or "(no details)"))
+        return result.structured_content if result.structured_content is not None else text
+
+    def _fenced(self, sentence: str, text: str) -> str:
+        return f"{sentence}\n{wrap_output(self.name, text, ERROR_CHARS)}"
+
+
+# --- the catalogue: servers and their tools per tenant ----------------------------------------------
+
+
+@dataclass
+class SyncReport:
+    """What a sync (or an add) found, by the tools' registry names."""
+
+    added: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (remote name, why)
+
+    def lines(self) -> list[str]:
+        said = []
+        for label, names in (
+            ("added", self.added),
+            ("held (changed since accepted)", self.held),
+            ("removed (gone from the server)", self.removed),
+            ("unchanged", self.unchanged),
+        ):
+            if names:
+                said.append(f"{label}: {', '.join(names)}")
+        said.extend(f"refused {name}: {why}" for name, why in self.refused)
+        return said
+
+    def data(self) -> dict:
+        return {
+            "added": self.added,
+            "held": self.held,
+            "removed": self.removed,
+            "refused": [n for n, _ in self.refused],
+        }
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """("Name", "value") from "Name: value"; McpError says what to type."""
+    name, colon, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if not colon or not _HEADER_NAME.match(name) or not value:
+        raise McpError(f'{text!r} is not a header: type it as "Name: value", e.g. "Authorization: Bearer abc".')
+    return name, value
+
+
+def stored_headers(secret_key: str, pairs: list[tuple[str, str]]) -> list[dict]:
+    """Headers as stored: a value written as $VARIABLE is read from the environment at each use; any
+    other value is sealed. Values are never stored in the clear."""
+    stored = []
+    for name, value in pairs:
+        reference = _ENV_REFERENCE.match(value)
+        if reference:
+            stored.append({"name": name, "env": reference.group(1)})
+        else:
+            stored.append({"name": name, "sealed": sealing.seal(secret_key, _SEALING, value)})
+    return stored
+
+
+def header_words(server: McpServer) -> list[str]:
+    """The server's headers for people: names and where the value comes from, never the value."""
+    return [
+        f"{h['name']} (from ${h['env']})" if "env" in h else f"{h['name']} (stored encrypted)" for h in server.headers
+    ]
+
+
+def find_server(session: Session, tenant_id: int, name: str) -> McpServer:
+    server = session.scalar(select(McpServer).where(McpServer.tenant_id == tenant_id, McpServer.name == name.strip()))
+    if server is None:
+        raise McpError(f"There is no MCP server named {name.strip()!r} in this tenant.")
+    return server
+
+
+def add_server(
+    session: Session,
+    config: Config,
+    tenant_id: int,
+    name: str,
+    *,
+    url: str | None = None,
+    command: str | None = None,
+    headers: list[tuple[str, str]] = (),
+    reserved: set[str] = frozenset(),
+    by_user_id: int | None = None,
+) -> tuple[McpServer, SyncReport]:
+    """Register a server and take its tools as accepted (the caller commits; on McpError it rolls back).
+    `reserved`: the names of the built-in tools."""
+    name = name.strip().lower()
+    url, command = (url or "").strip() or None, (command or "").strip() or None
+    if not SERVER_NAME.match(name):
+        raise McpError(
+            f"{name!r} is not a server name: use up to 40 of a-z, 0-9, - and _, starting with a letter or digit."
+        )
+    if bool(url) == bool(command):
+        raise McpError("Give the server's URL (streamable HTTP) or the command that starts it (stdio), one of the two.")
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise McpError(f"{url!r} is not a server URL: give one like https://mcp.example.com/mcp")
+    if command:
+        try:
+            if not shlex.split(command):
+                raise ValueError("it is empty")
+        except ValueError as exc:
+            raise McpError(f"{command!r} is not a command ({exc}).") from None
+    if headers and not url:
+        raise McpError("Headers go with a URL; a command's server gets none.")
+    if session.scalar(select(McpServer.id).where(McpServer.tenant_id == tenant_id, McpServer.name == name)):
+        raise McpError(f"An MCP server named {name} already exists here; pick another name, or sync it.")
+    server = McpServer(
+        tenant_id=tenant_id,
+        name=name,
+        url=url,
+        command=command,
+        headers=stored_headers(config.secret_key, list(headers)),
+        version=1,
+        created_by_id=by_user_id,
+    )
+    session.add(server)
+    session.flush()
+    return server, _apply(session, server, fetch_tools(Access.of(server, config)), reserved, by_user_id)
+
+
+def sync_server(
+    session: Session,
+    config: Config,
+    tenant_id: int,
+    name: str,
+    *,
+    reserved: set[str] = frozenset(),
+    by_user_id: int | None = None,
+) -> SyncReport:
+    """Read the server's tools again: new ones join, gone ones leave, changed ones are held."""
+    server = find_server(session, tenant_id, name)
+    return _apply(session, server, fetch_tools(Access.of(server, config)), reserved, by_user_id)
+
+
+def _apply(
+    session: Session, server: McpServer, listing: list[dict], reserved: set[str], by_user_id: int | None
+) -> SyncReport:
+    report = SyncReport()
+    known = {tool.remote_name: tool for tool in server.tools}
+    taken = set(reserved) | set(
+        session.scalars(select(McpTool.registry_name).where(McpTool.tenant_id == server.tenant_id))
+    )
+    seen = set()
+    for remote in listing:
+        seen.add(remote["name"])
+        current = fingerprint(remote["description"], remote["input_schema"], remote["annotations"])
+        problem = schema_problem(remote["input_schema"])
+        row = known.get(remote["name"])
+        if row is None:
+            if problem:
+                report.refused.append((remote["name"], problem))
+                continue
+            row = McpTool(
+                server=server,
+                tenant_id=server.tenant_id,
+                registry_name=registry_name(server.name, remote["name"], taken),
+                remote_name=remote["name"],
+                description=remote["description"],
+                input_schema=remote["input_schema"],
+                annotations=remote["annotations"],
+                fingerprint=current,
+                accepted_by_id=by_user_id,
+                accepted_at=utcnow(),
+            )
+            session.add(row)
+            taken.add(row.registry_name)
+            report.added.append(row.registry_name)
+        elif problem:
+            report.refused.append((remote["name"], problem))
+        row.current_description = remote["description"]
+        row.current_input_schema = remote["input_schema"]
+        row.current_annotations = remote["annotations"]
+        row.current_fingerprint = current
+        row.held = current != row.fingerprint
+        if row.registry_name not in report.added:
+            (report.held if row.held else report.unchanged).append(row.registry_name)
+    for remote_name, row in known.items():
+        if remote_name not in seen:
+            report.removed.append(row.registry_name)
+            server.tools.remove(row)
+    server.synced_at = utcnow()
+    server.version += 1
+    session.flush()
+    return report
+
+
+def registry_name(server: str, remote: str, taken: set[str]) -> str:
+    """`mcp_<server>__<tool>`, in the API's characters; cut to 128 with a short hash when too long or
+    already taken."""
+    name = _NOT_IN_NAMES.sub("_", f"mcp_{server}__{remote}")
+    if len(name) <= NAME_LIMIT and name not in taken:
+        return name
+    digest = hashlib.sha256(f"{server}\0{remote}".encode()).hexdigest()
+    for length in (8, 16, 64):
+        candidate = f"{name[: NAME_LIMIT - length - 1]}_{digest[:length]}"
+        if candidate not in taken:
+            return candidate
+    raise McpError(f"No free name for {remote} of {server}.")
+
+
+def accept_tool(session: Session, tenant_id: int, name: str, by_user_id: int | None) -> tuple[dict, dict]:
+    """Accept a held tool's current definition; (before, after) for the audit log. McpError when there
+    is nothing to accept or the new schema cannot be used."""
+    row = session.scalar(select(McpTool).where(McpTool.tenant_id == tenant_id, McpTool.registry_name == name))
+    if row is None:
+        raise McpError(f"There is no MCP tool named {name!r} in this tenant.")
+    if not row.held:
+        raise McpError(f"{name} is not held: there is no change to accept.")
+    if problem := schema_problem(row.current_input_schema):
+        raise McpError(f"{name} cannot be accepted: {problem}. The server has to fix it first.")
+    before = {"description": row.description, "input_schema": row.input_schema, "annotations": row.annotations}
+    row.description, row.input_schema = row.current_description, row.current_input_schema
+    row.annotations, row.fingerprint = row.current_annotations, row.current_fingerprint
+    row.held, row.accepted_by_id, row.accepted_at = False, by_user_id, utcnow()
+    row.server.version += 1
+    session.flush()
+    return before, {"description": row.description, "input_schema": row.input_schema, "annotations": row.annotations}
+
+
+def remove_server(session: Session, tenant_id: int, name: str) -> list[str]:
+    """Remove a server and its tools; the tools' registry names."""
+    server = find_server(session, tenant_id, name)
+    names = [tool.registry_name for tool in server.tools]
+    session.delete(server)
+    session.flush()
+    return names
+
+
+def stamp(session: Session, tenant_id: int) -> tuple:
+    """Changes whenever the tenant's servers or their tools change (each change bumps a version)."""
+    return tuple(session.execute(select(McpServer.id, McpServer.version).where(McpServer.tenant_id == tenant_id)))
+
+
+def tenant_tools(session: Session, config: Config, tenant_id: int) -> list[McpRemoteTool]:
+    """The tenant's MCP tools for its registry, held ones included (a call of a held tool is refused
+    in words rather than named unknown)."""
+    servers = session.scalars(select(McpServer).where(McpServer.tenant_id == tenant_id).order_by(McpServer.name))
+    return [McpRemoteTool(tool, Access.of(server, config)) for server in servers for tool in server.tools]
