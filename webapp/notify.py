@@ -167,8 +167,7 @@ def notice_for(session: Session, config: Config, tools: ToolRegistry, call: Tool
     tool = tools.get(call.name)
     title = tool.title if tool else call.name
     shown = [
-        f"{item.label}: {item.text}"
-        for item in arguments(list(tool.input_schema().get("properties", {})) if tool else [], call.input or {})
+        f"{item.label}: {item.text}" for item in arguments(tool.argument_names() if tool else [], call.input or {})
     ]
     shown = [line if len(line) <= 200 else line[:199] + "…" for line in shown]
     requester = session.get(User, call.acting_user_id)

@@ -38,7 +38,7 @@ class PolicyError(ValueError):
 
 def has_amount(tool: Tool) -> bool:
     """Whether the tool's calls carry an amount (`amount_cents`) that rules and limits can weigh."""
-    return "amount_cents" in tool.input_schema().get("properties", {})
+    return "amount_cents" in tool.argument_names()
 
 
 def modes_for(tool: Tool) -> tuple[str, ...]:

@@ -63,7 +63,7 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
         outcome=outcome,
         rows=rows,
         data=raw,
-        arguments=arguments(list(tool.input_schema().get("properties", {})) if tool else [], call.input),
+        arguments=arguments(tool.argument_names() if tool else [], call.input),
         file=file,
     )
 

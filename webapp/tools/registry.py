@@ -125,6 +125,10 @@ class Tool:
             prop.pop("title", None)
         return schema
 
+    def argument_names(self) -> list[str]:
+        """The tool's arguments, in the order of its schema."""
+        return list(self.input_schema().get("properties", {}))
+
     @classmethod
     def parse(cls, raw_input: Any) -> Any:
         """The arguments, checked strictly against the schema (a number written as text is refused);
