@@ -96,7 +96,8 @@ def waiting_calls(user: User) -> dict:
     if oldest:
         ids = {call.acting_user_id for call in oldest}
         people = dict(db.session.execute(select(User.id, User.email).where(User.id.in_(ids))).all())
-    return {"calls": oldest, "total": approvals.pending_count(user), "people": people, "now": utcnow()}
+    count, total = approvals.pending_total(user)
+    return {"calls": oldest, "count": count, "total": total, "people": people, "now": utcnow()}
 
 
 def recent_events(user: User) -> dict:

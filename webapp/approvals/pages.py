@@ -109,7 +109,7 @@ def index():
         if page.next_cursor
         else None,
         now=utcnow(),
-        total=approvals.pending_count(current_user),
+        total=approvals.pending_total(current_user)[1],
         oldest=approvals.oldest_waiting_since(current_user),
     )
 
