@@ -459,3 +459,16 @@ def test_a_pages_live_refreshes_neither_keep_an_idle_session_alive_nor_rewrite_i
     assert statuses[0] == 200 and statuses[-1] == 401  # signed out once idle past the lifetime
     response = client.get("/approvals")
     assert response.status_code == 302 and "/login" in response.location
+
+
+def test_a_signed_out_fragment_request_sends_its_page_to_sign_in_and_comes_back_to_the_page(app):
+    """htmx asking for a fragment (the badge) without a session is sent to sign in, to come back to the
+    page it sat on, never to the fragment's own address (a bare badge after signing in)."""
+    client = app.test_client()
+    asked = {"HX-Request": "true", "HX-Current-URL": "http://localhost/approvals?tool=issue_refund"}
+    answer = client.get("/approvals/badge", headers=asked)
+    assert answer.status_code == 401
+    assert answer.headers["HX-Redirect"] == "/login?next=/approvals?tool%3Dissue_refund"
+    for current in ("http://localhost/login", "", "http://localhost//evil.test/x"):
+        answer = client.get("/approvals/badge", headers={"HX-Request": "true", "HX-Current-URL": current})
+        assert answer.headers["HX-Redirect"] == "/login", current

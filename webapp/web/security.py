@@ -231,8 +231,8 @@ def roles_required(*roles: str):
         @wraps(view)
         def wrapper(*args, **kwargs):
             if not current_user.is_authenticated:
-                if is_htmx():  # htmx would swap the sign-in page into a fragment
-                    return "", 401, {"HX-Redirect": url_for("auth.login", next=request.full_path.rstrip("?"))}
+                if is_htmx():  # htmx would swap the sign-in page into a fragment: send the page there
+                    return "", 401, {"HX-Redirect": url_for("auth.login", next=_page_of_fragment())}
                 return login_manager.unauthorized()
             if not any(current_user.has_role(role) for role in roles):
                 abort(403, description=f"This page is for people with the {' or '.join(roles)} role.")
@@ -264,6 +264,17 @@ def api_roles(*roles: str):
         return wrapper
 
     return decorate
+
+
+def _page_of_fragment() -> str | None:
+    """Where to come back to after signing in, for an htmx request that found its person signed out:
+    the page it was made from (htmx's HX-Current-URL), never the fragment's own URL (a bare badge);
+    None when that page is the sign-in page itself (a request racing a sign-out)."""
+    current = urlsplit(request.headers.get("HX-Current-URL", ""))
+    page = current.path + (f"?{current.query}" if current.query else "")
+    if not current.path or current.path == url_for("auth.login"):
+        return None
+    return safe_next(page)
 
 
 def safe_next(target: str | None) -> str | None:
