@@ -77,7 +77,7 @@ class LiveServer:
             start_new_session=True,
         )
 
-    def wait_until_up(self, timeout: float = 30.0) -> None:
+    def wait_until_up(self, timeout: float = 60.0) -> None:
         """Poll GET /healthz until it answers 200; fail with the server's log otherwise."""
         deadline = time.monotonic() + timeout
         while True:

@@ -28,20 +28,17 @@ import json
 import os
 import re
 import shlex
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
 import httpx2
 import jsonschema
-from mcp.client.client import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -49,6 +46,9 @@ from webapp import sealing
 from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
 from webapp.tools.registry import Concern, InvalidInput, Tool, ToolContext, ToolError, wrap_output
+
+if TYPE_CHECKING:  # the SDK is imported where a server is reached: it costs every process a second to load
+    from mcp.client.client import Client
 
 SERVER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
@@ -125,6 +125,10 @@ class Access:
 @asynccontextmanager
 async def _opened(access: Access):
     """An initialised client session with the server."""
+    from mcp.client.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
     if access.url:
         async with httpx2.AsyncClient(headers=access.header_values(), timeout=httpx2.Timeout(access.timeout)) as http:
             async with Client(
@@ -134,7 +138,10 @@ async def _opened(access: Access):
         return
     argv = shlex.split(access.command or "")
     parameters = StdioServerParameters(command=argv[0], args=argv[1:])
-    async with Client(parameters, cache=None, read_timeout_seconds=access.timeout) as client:
+    # The server's stderr goes to this process's own (a file the subprocess can write to, whatever
+    # sys.stderr was swapped for: the SDK's default is bound to sys.stderr when it is first imported).
+    transport = stdio_client(parameters, errlog=sys.__stderr__)
+    async with Client(transport, cache=None, read_timeout_seconds=access.timeout) as client:
         yield client
 
 
@@ -166,6 +173,8 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def _reason(exc: BaseException) -> str:
     """A failure in a few words ("ConnectError: All connection attempts failed")."""
+    from mcp.shared.exceptions import MCPError
+
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
     if isinstance(exc, MCPError):
@@ -305,6 +314,8 @@ class McpRemoteTool(Tool):
 
     async def _call(self, client: Client, arguments: dict, sent: list) -> Any:
         """Compare the server's listing with the accepted definition, then call (never when it changed)."""
+        from mcp.shared.exceptions import MCPError
+
         listed = next((t for t in await _listing(client) if t.name == self.remote_name), None)
         if listed is None:
             raise ToolError(f"The MCP server {self.server} no longer offers {self.remote_name}; nothing was done.")
