@@ -411,9 +411,11 @@ class Zygote:
         if not ready:
             pytest.fail(f"the worker zygote exited with {self.process.wait(10)}")
 
-    def fork(self, log_path: Path, env: dict[str, str]) -> int:
+    def fork(self, log_path: Path, env: dict[str, str], port: int | None = None) -> int:
+        """A worker (or, given a port, a web server on it) in a new process; its pid."""
+        order = {"log": str(log_path), "env": env, **({"port": port} if port is not None else {})}
         with self.lock:
-            self.process.stdin.write(json.dumps({"log": str(log_path), "env": env}) + "\n")
+            self.process.stdin.write(json.dumps(order) + "\n")
             self.process.stdin.flush()
             return json.loads(self.process.stdout.readline())["pid"]
 
@@ -438,7 +440,7 @@ def process_alive(pid: int) -> bool:
 
 @pytest.fixture(scope="session")
 def zygote(base_env, migrated) -> Iterator[Zygote]:
-    """One process that imported the app, forking workers for the whole session."""
+    """One process that imported the app, forking workers and web servers for the whole session."""
     parent = Zygote(base_env)
     yield parent
     parent.stop()

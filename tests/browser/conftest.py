@@ -11,8 +11,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +21,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
-from tests.conftest import ROOT
+from tests.conftest import Zygote, process_alive
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -59,30 +57,22 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 
 
 class LiveServer:
-    """`flask --app webapp run --with-threads` as a subprocess: one thread per request, so an open
-    server-sent-event stream does not hold up other requests."""
+    """The app served with one thread per request (so an open server-sent-event stream does not hold
+    up other requests), as `flask --app webapp run --with-threads` serves it: forked from the session's
+    zygote, which paid for the app's imports once."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, zygote: Zygote) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        self.log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "flask", "--app", "webapp", "run", "--host", "127.0.0.1", "--port", str(self.port)]
-            + ["--with-threads", "--no-reload", "--no-debugger"],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.pid = zygote.fork(log_path, env, port=self.port)
 
     def wait_until_up(self, timeout: float = 60.0) -> None:
         """Poll GET /healthz until it answers 200; fail with the server's log otherwise."""
         deadline = time.monotonic() + timeout
         while True:
-            if self.process.poll() is not None:
-                pytest.fail(f"the live server exited with {self.process.returncode}:\n{self.output()}")
+            if not process_alive(self.pid):
+                pytest.fail(f"the live server exited:\n{self.output()}")
             try:
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as response:
                     if response.status == 200:
@@ -91,23 +81,20 @@ class LiveServer:
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"the live server did not answer /healthz within {timeout}s:\n{self.output()}")
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it is still there after 10 s."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        self.log.close()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not process_alive(self.pid):
+                return
+            os.killpg(self.pid, sig)
+            deadline = time.monotonic() + 10
+            while process_alive(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
 
     def output(self) -> str:
-        if not self.log.closed:
-            self.log.flush()
-        return self.log_path.read_text(errors="replace")
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
 def _free_port() -> int:
@@ -117,11 +104,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def live_server(env, clean, tmp_path) -> Iterator[LiveServer]:
+def live_server(env, clean, zygote, tmp_path) -> Iterator[LiveServer]:
     """The real app on 127.0.0.1 over HTTP, on the test database, Redis and model server; `.url`.
 
     Per test, like `env` (whose model server is per test) and `clean`."""
-    server = LiveServer(env, tmp_path / "live-server.log")
+    server = LiveServer(env, tmp_path / "live-server.log", zygote)
     try:
         server.wait_until_up()
         yield server

@@ -192,10 +192,10 @@ def subscribers(redis) -> int:
     return sum(1 for client in redis.client_list() if int(client.get("sub", 0)) > 0 and client.get("db") == ours)
 
 
-def test_hundreds_of_open_streams_share_one_subscription_and_health_stays_green(env, clean, tmp_path):
+def test_hundreds_of_open_streams_share_one_subscription_and_health_stays_green(env, clean, zygote, tmp_path):
     """Each stream used to hold a Redis connection of its own: a hundred open pages emptied the pool,
     and /healthz answered 503."""
-    server = LiveServer({**env, "LIVE_STREAMS_PER_USER": "300"}, tmp_path / "server.log")
+    server = LiveServer({**env, "LIVE_STREAMS_PER_USER": "300"}, tmp_path / "server.log", zygote)
     redis = redis_lib.Redis.from_url(env["REDIS_URL"])
     try:
         server.wait_until_up()
@@ -216,8 +216,8 @@ def test_hundreds_of_open_streams_share_one_subscription_and_health_stays_green(
         server.stop()
 
 
-def test_past_the_cap_a_page_is_refused_in_words_and_others_still_open_theirs(env, clean, tmp_path):
-    server = LiveServer({**env, "LIVE_STREAMS_PER_USER": "2"}, tmp_path / "server.log")
+def test_past_the_cap_a_page_is_refused_in_words_and_others_still_open_theirs(env, clean, zygote, tmp_path):
+    server = LiveServer({**env, "LIVE_STREAMS_PER_USER": "2"}, tmp_path / "server.log", zygote)
     try:
         server.wait_until_up()
         agent = signed_in(server.url, "agent@acme.test")
