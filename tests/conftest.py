@@ -138,6 +138,7 @@ def base_env(database_url, redis_url, tmp_path_factory) -> dict[str, str]:
         "MOVE_LEASE_SECONDS": "3",
         "SWEEP_INTERVAL_SECONDS": "1",
         "WORKER_STOP_GRACE_SECONDS": "2",
+        "MCP_CHECK_SECONDS": "0",  # a test that wants the periodic check of MCP servers sets it
     }
 
 

@@ -310,10 +310,12 @@ class Config(_LogSettings):
     # "package.module:ToolClass" entries added to the billing tools
     extra_tools: Annotated[tuple[str, ...], BeforeValidator(_tool_paths)] = Field((), validation_alias="EXTRA_TOOLS")
     # MCP servers' tools (webapp/tools/mcp.py): the longest one call (or listing) may take, how many
-    # tries a server that cannot be reached gets, and the wait before the second try (doubled after)
+    # tries a server that cannot be reached gets, the wait before the second try (doubled after), and
+    # how often every server's listing is checked for tools changed since accepted (0: never)
     mcp_timeout_seconds: float = _number_of("seconds", "MCP_TIMEOUT_SECONDS", 30.0, minimum=0.1)
     mcp_tries: int = _whole_number("MCP_TRIES", 3, minimum=1)
     mcp_retry_seconds: float = _number_of("seconds", "MCP_RETRY_SECONDS", 0.5, minimum=0.0)
+    mcp_check_seconds: float = _number_of("seconds", "MCP_CHECK_SECONDS", 300.0, minimum=0.0)
 
     @model_validator(mode="before")
     @classmethod

@@ -3,8 +3,8 @@
 - agent: their open conversations (anything not completed or stopped), newest activity first;
 - reviewer: how many calls wait for a decision, and the oldest few;
 - auditor: the tenant's latest audit events;
-- admin: the setup checklist (policies, people, API tokens, the model, the assistant, failures),
-  each item linked to the page that does it;
+- admin: the setup checklist (policies, people, API tokens, the model, the assistant, failures, and
+  held MCP tools when there are MCP servers), each item linked to the page that does it;
 - operator: the fleet in figures (workers, slots, the queue), from Redis.
 
 It sits at the top layer beside navigation.py: it reads what several feature packages offer.
@@ -28,6 +28,7 @@ from webapp.models import (
     AssistantSettings,
     AuditEvent,
     Conversation,
+    McpTool,
     ModelEndpoint,
     Tenant,
     ToolCall,
@@ -134,8 +135,11 @@ def checklist(user: User) -> list[Check]:
             Conversation.tenant_id == tenant, Conversation.status == ConversationStatus.FAILED
         )
     )
+    mcp_tools = db.session.execute(
+        select(func.count(McpTool.id), func.count(McpTool.id).filter(McpTool.held)).where(McpTool.tenant_id == tenant)
+    ).one()
     default_model = services().config.model
-    return [
+    checks = [
         Check(
             policies > 0,
             "Policies set",
@@ -181,6 +185,19 @@ def checklist(user: User) -> list[Check]:
             url_for("ops.index"),
         ),
     ]
+    total, held = mcp_tools
+    if total:  # only for a tenant that uses MCP servers
+        checks.append(
+            Check(
+                held == 0,
+                "MCP tools as accepted",
+                f"{held} MCP tool(s) held: their server changed what they do; look at the change."
+                if held
+                else f"All {total} MCP tool(s) do what an admin accepted.",
+                url_for("mcp.index"),
+            )
+        )
+    return checks
 
 
 def fleet() -> dict:

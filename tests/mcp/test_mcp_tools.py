@@ -5,7 +5,7 @@ server) by a real worker, run by the MCP client in the worker's thread."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from tests.clients import sign_in
 from tests.conftest import wait_until
@@ -157,6 +157,43 @@ def test_a_tool_whose_server_changes_it_is_held_until_an_admin_accepts_the_chang
     assert api.as_(REVIEWER).post(f"/api/approvals/{call['id']}", json={"decision": "approve"}).status_code == 200
     assert wait_status(api, accepted, "completed", timeout=60)["tool_calls"][0]["status"] == "succeeded"
     assert warehouse.reserved() == [{"sku": "SKU-1", "quantity": 4, "reason": "order 7"}]
+
+
+def test_the_periodic_check_holds_a_changed_tool_before_any_call_and_releases_it_when_changed_back(
+    app, cli, api, workers, model, warehouse, read
+):
+    since = read(lambda s: s.scalar(select(func.max(AuditEvent.id)))) or 0  # the audit log outlives tests
+    add_warehouse(cli, warehouse)
+    warehouse.stop()
+    warehouse.start(variant=2)  # reserve_stock now wants a reason, and says it also emails the buyer
+    workers(MCP_CHECK_SECONDS="1")
+
+    def events(action: str) -> list[AuditEvent]:
+        query = select(AuditEvent).where(AuditEvent.action == action, AuditEvent.id > since)
+        return read(lambda s: s.scalars(query).all())
+
+    def row() -> McpTool:
+        return read(lambda s: s.scalar(select(McpTool).where(McpTool.registry_name == RESERVE)))
+
+    wait_until(lambda: row().held, 30, "the periodic check to hold the changed tool")
+    assert not read(lambda s: s.scalar(select(McpTool).where(McpTool.registry_name == LOOKUP))).held
+    held = events("mcp_tool_held")
+    assert [(e.tool_name, e.actor_label, e.data["server"]) for e in held] == [(RESERVE, "scheduled check", "warehouse")]
+    home = sign_in(app, "admin@acme.test").get("/").text  # the admin's checklist says so
+    assert "1 MCP tool(s) held: their server changed what they do" in home and 'href="/admin/mcp"' in home
+
+    # Held before anyone called it or synced: the model is no longer offered it.
+    conversation = ask(api, model, "check stock of SKU-3 first", tool_use(LOOKUP, {"sku": "SKU-3"}))
+    wait_status(api, conversation, "completed", timeout=60)
+    asked = next(r for r in model.requests if r and "check stock of SKU-3 first" in str(r["messages"]))
+    assert RESERVE not in offered(asked) and LOOKUP in offered(asked)
+
+    warehouse.stop()
+    warehouse.start()  # back to what the admin accepted
+    wait_until(lambda: not row().held, 30, "the periodic check to release the tool")
+    assert [e.tool_name for e in events("mcp_tool_released")] == [RESERVE]
+    assert "All 2 MCP tool(s) do what an admin accepted." in sign_in(app, "admin@acme.test").get("/").text
+    assert warehouse.received() == 0
 
 
 def test_another_tenant_never_sees_the_tools(app, cli, api, workers, model, warehouse):

@@ -65,6 +65,8 @@ ACTIONS = (
     "mcp_server_added",
     "mcp_server_synced",
     "mcp_tool_accepted",
+    "mcp_tool_held",
+    "mcp_tool_released",
     "mcp_server_removed",
 )
 OUTCOMES = (

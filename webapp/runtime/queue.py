@@ -26,6 +26,7 @@ MOVE_JOB = "jobs.moves.advance_conversation"
 SWEEP_JOB = "jobs.moves.sweep"
 WAKE_JOB = "jobs.moves.wake_for_tasks"
 NOTICE_JOB = "jobs.notify.deliver"
+MCP_CHECK_JOB = "jobs.mcp.check_servers"
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 
@@ -120,6 +121,24 @@ class Dispatcher:
                 SWEEP_JOB, job_id=f"sweep-{bucket}", unique=True, at_front=True, result_ttl=60, job_timeout=300
             )
         except DuplicateJobError:
+            return False
+        return True
+
+    def enqueue_mcp_check(self, bucket: int) -> bool:
+        """Enqueue the check of every MCP server's tools, once per bucket of MCP_CHECK_SECONDS, on the
+        background queue (it waits on the servers; moves go first)."""
+        try:
+            self.background_queue.enqueue(
+                MCP_CHECK_JOB,
+                job_id=f"mcp-check-{bucket}",
+                unique=True,
+                result_ttl=3600,
+                job_timeout=max(300, int(self.config.mcp_timeout_seconds * 10)),
+            )
+        except DuplicateJobError:
+            return False
+        except (redis.RedisError, OSError) as exc:  # the next sweep tries again
+            log.warning("could not enqueue the check of the MCP servers: %s", exc)
             return False
         return True
 

@@ -8,14 +8,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 
-from webapp import notify
+from sqlalchemy import select
+
+from webapp import audit_chain, notify
 from webapp.agent import decisions, moves, sweeper
-from webapp.models import Conversation, ToolCall
+from webapp.models import Conversation, McpServer, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
-from webapp.tools import exports
+from webapp.tools import exports, mcp
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +100,46 @@ def sweep() -> int:
     for cid, version, recovery in recovered:
         dispatcher.enqueue_move(cid, version, recovery)
         log.info("sweeper re-enqueued conversation %s at version %s", cid, version)
+    if desk.config.mcp_check_seconds:
+        dispatcher.enqueue_mcp_check(int(time.time() // desk.config.mcp_check_seconds))
     return len(recovered)
+
+
+def check_mcp_servers() -> str:
+    """Check every MCP server's listing against the tools an admin accepted (every MCP_CHECK_SECONDS,
+    from the sweep): a tool changed since is held at once, so the model is no longer offered it, and
+    one changed back is released; each is audited. A server that cannot be reached is left as it is
+    until the next check (a call of its tools says it cannot be reached)."""
+    desk = services()
+    held = released = 0
+    try:
+        servers = [(server.id, mcp.Access.of(server, desk.config)) for server in db.session.scalars(select(McpServer))]
+        db.session.rollback()  # no transaction stays open while the servers are asked
+        for server_id, access in servers:
+            try:
+                listing = mcp.fetch_tools(access)
+            except mcp.McpError as exc:
+                log.warning("MCP check skipped a server: %s", exc)
+                continue
+            server = db.session.get(McpServer, server_id)
+            if server is None:  # removed meanwhile
+                continue
+            newly_held, back = mcp.check_server(db.session, server, listing)
+            for action, names in (("mcp_tool_held", newly_held), ("mcp_tool_released", back)):
+                for name in names:
+                    audit_chain.record(
+                        db.session,
+                        action,
+                        tenant_id=server.tenant_id,
+                        actor_label="scheduled check",
+                        tool_name=name,
+                        data={"server": server.name},
+                    )
+            db.session.commit()
+            held, released = held + len(newly_held), released + len(back)
+    finally:
+        db.session.remove()
+    return f"{len(servers)} server(s) checked: {held} tool(s) held, {released} released"
 
 
 def deliver_notice(channel_id: int, tool_call_id: int, kind: str, job=None) -> str:

@@ -514,11 +514,7 @@ def _apply(
             report.added.append(row.registry_name)
         elif problem:
             report.refused.append((remote["name"], problem))
-        row.current_description = remote["description"]
-        row.current_input_schema = remote["input_schema"]
-        row.current_annotations = remote["annotations"]
-        row.current_fingerprint = current
-        row.held = current != row.fingerprint
+        _record_current(row, remote, current)
         if row.registry_name not in report.added:
             (report.held if row.held else report.unchanged).append(row.registry_name)
     for remote_name, row in known.items():
@@ -529,6 +525,36 @@ def _apply(
     server.version += 1
     session.flush()
     return report
+
+
+def _record_current(row: McpTool, remote: dict, current: str) -> None:
+    """What the server says the tool is now; held when that is not what an admin accepted."""
+    row.current_description = remote["description"]
+    row.current_input_schema = remote["input_schema"]
+    row.current_annotations = remote["annotations"]
+    row.current_fingerprint = current
+    row.held = current != row.fingerprint
+
+
+def check_server(session: Session, server: McpServer, listing: list[dict]) -> tuple[list[str], list[str]]:
+    """The periodic check of a server's listing against its accepted tools: a tool that changed is held
+    at once (not at its next call or sync), and one changed back to what was accepted is released. It
+    neither adds nor removes tools (that waits for an admin's sync). Returns (held, released) by
+    registry name; the caller commits."""
+    listed = {remote["name"]: remote for remote in listing}
+    held, released = [], []
+    for row in server.tools:
+        remote = listed.get(row.remote_name)
+        if remote is None:
+            continue  # gone: a call says so, and the next sync removes it
+        was_held = row.held
+        _record_current(row, remote, fingerprint(remote["description"], remote["input_schema"], remote["annotations"]))
+        if row.held != was_held:
+            (held if row.held else released).append(row.registry_name)
+    if held or released:
+        server.version += 1  # the tenant's registries are built again
+        session.flush()
+    return held, released
 
 
 def registry_name(server: str, remote: str, taken: set[str]) -> str:
