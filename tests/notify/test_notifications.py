@@ -181,8 +181,11 @@ def deliver_queued() -> None:
 
 
 def deliveries() -> list[NotificationDelivery]:
+    rows = list(db.session.scalars(select(NotificationDelivery).order_by(NotificationDelivery.id)))
+    # On SQLite every transaction begins IMMEDIATE: one left open while a test polls would hold the
+    # write lock the worker's sweep waits for (it gave up after 30 s, and the reminder never went).
     db.session.remove()
-    return list(db.session.scalars(select(NotificationDelivery).order_by(NotificationDelivery.id)))
+    return rows
 
 
 def words(html: str) -> str:

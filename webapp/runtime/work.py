@@ -87,8 +87,9 @@ def sweep() -> int:
         notices = [
             (call, tenant, kind) for kind in notify.KINDS for call, tenant in sweeper.due_notices(db.session, kind)
         ]
-        db.session.commit()
+        # read in the transaction that marks the notices sent: after its commit only the enqueues remain
         channels = notify.channel_ids_by_tenant(db.session, {tenant for _, tenant, _ in notices})
+        db.session.commit()
     finally:
         db.session.remove()
     for call_id, tenant_id, kind in notices:
