@@ -9,5 +9,5 @@ from webapp.runtime.job_logs import bind_job
 
 @bind_job
 def check_servers() -> str:
-    """Hold every MCP tool whose server changed it since an admin accepted it."""
+    """Hold every MCP tool whose server changed it since an admin accepted it (release one changed back)."""
     return work.check_mcp_servers()

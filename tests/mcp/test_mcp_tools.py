@@ -4,6 +4,9 @@ server) by a real worker, run by the MCP client in the worker's thread."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from sqlalchemy import func, select
 
@@ -194,6 +197,35 @@ def test_the_periodic_check_holds_a_changed_tool_before_any_call_and_releases_it
     assert [e.tool_name for e in events("mcp_tool_released")] == [RESERVE]
     assert "All 2 MCP tool(s) do what an admin accepted." in sign_in(app, "admin@acme.test").get("/").text
     assert warehouse.received() == 0
+
+
+def test_checks_that_overlap_hold_a_changed_tool_once(app, cli, warehouse, read, engine):
+    from webapp.runtime import work
+
+    since = read(lambda s: s.scalar(select(func.max(AuditEvent.id)))) or 0
+    add_warehouse(cli, warehouse)
+    warehouse.stop()
+    warehouse.start(variant=2)
+
+    def check(_) -> str:
+        with app.app_context():  # a session of its own, as each worker's job has
+            return work.check_mcp_servers()
+
+    # Four checks at once (a slow check still running when the next starts), all kept from writing
+    # the tool until each has read it: the tool's row is locked meanwhile (on SQLite, the database).
+    with ThreadPoolExecutor(4) as checks:
+        with engine.begin() as blocker:
+            blocker.execute(select(McpTool.id).where(McpTool.registry_name == RESERVE).with_for_update())
+            running = [checks.submit(check, n) for n in range(4)]
+            time.sleep(2)
+        outcomes = [each.result(timeout=60) for each in running]
+    assert sorted(outcomes) == ["1 server(s) checked: 0 tool(s) held, 0 released"] * 3 + [
+        "1 server(s) checked: 1 tool(s) held, 0 released"
+    ]
+    held = read(
+        lambda s: s.scalars(select(AuditEvent).where(AuditEvent.action == "mcp_tool_held", AuditEvent.id > since)).all()
+    )
+    assert [event.tool_name for event in held] == [RESERVE]
 
 
 def test_another_tenant_never_sees_the_tools(app, cli, api, workers, model, warehouse):

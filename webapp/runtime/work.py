@@ -122,7 +122,9 @@ def check_mcp_servers() -> str:
             except mcp.McpError as exc:
                 log.warning("MCP check skipped a server: %s", exc)
                 continue
-            server = db.session.get(McpServer, server_id)
+            # Locked (on PostgreSQL; SQLite's transactions take its one write lock at BEGIN), so two
+            # checks that overlap (a slow server outlasting its interval) hold a tool once, not twice.
+            server = db.session.get(McpServer, server_id, with_for_update=True)
             if server is None:  # removed meanwhile
                 continue
             newly_held, back = mcp.check_server(db.session, server, listing)
