@@ -431,6 +431,13 @@ class Zygote:
         self.process.stdout.close()
 
 
+def own_redis_clients(redis) -> list[dict]:
+    """The connections Redis has on this test process's database. Other test processes share the
+    server (each on a database of its own) and open and close theirs meanwhile."""
+    ours = str(redis.connection_pool.connection_kwargs.get("db", 0))
+    return [client for client in redis.client_list() if client.get("db") == ours]
+
+
 def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from tests.browser.conftest import PASSWORD, LiveServer
 from tests.clients import CSRF
+from tests.conftest import own_redis_clients
 from tests.model_server import Reply
 from tests.replies import reply, text
 from webapp.config import Config
@@ -188,8 +189,7 @@ def first_line(http: requests.Session, server_url: str) -> requests.Response:
 def subscribers(redis) -> int:
     """How many connections on this test's Redis database are subscribed to something (other test
     processes share the server, each on a database of its own)."""
-    ours = str(redis.connection_pool.connection_kwargs.get("db", 0))
-    return sum(1 for client in redis.client_list() if int(client.get("sub", 0)) > 0 and client.get("db") == ours)
+    return sum(1 for client in own_redis_clients(redis) if int(client.get("sub", 0)) > 0)
 
 
 def test_hundreds_of_open_streams_share_one_subscription_and_health_stays_green(env, clean, zygote, tmp_path):

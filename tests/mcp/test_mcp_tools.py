@@ -38,6 +38,15 @@ def ask(api, model, message: str, *calls: dict) -> int:
     return start(api, message)
 
 
+def newest_event_id(read) -> int:
+    """Where the audit log stands now: it outlives tests, so a test reads only the events after this."""
+    return read(lambda s: s.scalar(select(func.max(AuditEvent.id)))) or 0
+
+
+def events_since(read, since: int, action: str) -> list[AuditEvent]:
+    return read(lambda s: s.scalars(select(AuditEvent).where(AuditEvent.action == action, AuditEvent.id > since)).all())
+
+
 def the_call(read, conversation_id: int) -> ToolCall:
     return read(lambda s: s.scalar(select(ToolCall).where(ToolCall.conversation_id == conversation_id)))
 
@@ -165,22 +174,18 @@ def test_a_tool_whose_server_changes_it_is_held_until_an_admin_accepts_the_chang
 def test_the_periodic_check_holds_a_changed_tool_before_any_call_and_releases_it_when_changed_back(
     app, cli, api, workers, model, warehouse, read
 ):
-    since = read(lambda s: s.scalar(select(func.max(AuditEvent.id)))) or 0  # the audit log outlives tests
+    since = newest_event_id(read)
     add_warehouse(cli, warehouse)
     warehouse.stop()
     warehouse.start(variant=2)  # reserve_stock now wants a reason, and says it also emails the buyer
     workers(MCP_CHECK_SECONDS="1")
-
-    def events(action: str) -> list[AuditEvent]:
-        query = select(AuditEvent).where(AuditEvent.action == action, AuditEvent.id > since)
-        return read(lambda s: s.scalars(query).all())
 
     def row() -> McpTool:
         return read(lambda s: s.scalar(select(McpTool).where(McpTool.registry_name == RESERVE)))
 
     wait_until(lambda: row().held, 30, "the periodic check to hold the changed tool")
     assert not read(lambda s: s.scalar(select(McpTool).where(McpTool.registry_name == LOOKUP))).held
-    held = events("mcp_tool_held")
+    held = events_since(read, since, "mcp_tool_held")
     assert [(e.tool_name, e.actor_label, e.data["server"]) for e in held] == [(RESERVE, "scheduled check", "warehouse")]
     home = sign_in(app, "admin@acme.test").get("/").text  # the admin's checklist says so
     assert "1 MCP tool(s) held: their server changed what they do" in home and 'href="/admin/mcp"' in home
@@ -194,7 +199,7 @@ def test_the_periodic_check_holds_a_changed_tool_before_any_call_and_releases_it
     warehouse.stop()
     warehouse.start()  # back to what the admin accepted
     wait_until(lambda: not row().held, 30, "the periodic check to release the tool")
-    assert [e.tool_name for e in events("mcp_tool_released")] == [RESERVE]
+    assert [e.tool_name for e in events_since(read, since, "mcp_tool_released")] == [RESERVE]
     assert "All 2 MCP tool(s) do what an admin accepted." in sign_in(app, "admin@acme.test").get("/").text
     assert warehouse.received() == 0
 
@@ -202,7 +207,7 @@ def test_the_periodic_check_holds_a_changed_tool_before_any_call_and_releases_it
 def test_checks_that_overlap_hold_a_changed_tool_once(app, cli, warehouse, read, engine):
     from webapp.runtime import work
 
-    since = read(lambda s: s.scalar(select(func.max(AuditEvent.id)))) or 0
+    since = newest_event_id(read)
     add_warehouse(cli, warehouse)
     warehouse.stop()
     warehouse.start(variant=2)
@@ -222,10 +227,7 @@ def test_checks_that_overlap_hold_a_changed_tool_once(app, cli, warehouse, read,
     assert sorted(outcomes) == ["1 server(s) checked: 0 tool(s) held, 0 released"] * 3 + [
         "1 server(s) checked: 1 tool(s) held, 0 released"
     ]
-    held = read(
-        lambda s: s.scalars(select(AuditEvent).where(AuditEvent.action == "mcp_tool_held", AuditEvent.id > since)).all()
-    )
-    assert [event.tool_name for event in held] == [RESERVE]
+    assert [event.tool_name for event in events_since(read, since, "mcp_tool_held")] == [RESERVE]
 
 
 def test_another_tenant_never_sees_the_tools(app, cli, api, workers, model, warehouse):

@@ -8,17 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis as redis_lib
 
+from tests.conftest import own_redis_clients
 from webapp.runtime.live_hub import INTERRUPTED, LiveHub, TooManyStreams
 from webapp.runtime.services import services
 
 
 def clients(dispatcher) -> int:
-    """How many connections Redis has on this test's database (the hub's among them). Not the server's
-    whole count: against a shared Redis server the suite's other processes, each on a database of its
-    own, open and close theirs meanwhile."""
-    redis = dispatcher.redis
-    ours = str(redis.connection_pool.connection_kwargs.get("db", 0))
-    return sum(1 for client in redis.client_list() if client.get("db") == ours)
+    """How many connections Redis has on this test's database (the hub's among them)."""
+    return len(own_redis_clients(dispatcher.redis))
 
 
 def test_hundreds_of_live_pages_share_one_connection_and_each_hears_its_own_channels(app):
@@ -100,9 +97,8 @@ def test_when_redis_goes_away_open_pages_are_told_and_new_ones_are_refused(app):
     listener = hub.listen(1, ["desk:test:y"])
     # Cut the hub's connection, as a Redis restart would: only subscribers on this test's database, as
     # the other test processes share the Redis server (and their live servers subscribe too).
-    ours = str(dispatcher.redis.connection_pool.connection_kwargs.get("db", 0))
-    for client in dispatcher.redis.client_list():
-        if int(client.get("sub", 0)) > 0 and client.get("db") == ours:
+    for client in own_redis_clients(dispatcher.redis):
+        if int(client.get("sub", 0)) > 0:
             dispatcher.redis.client_kill_filter(_id=client["id"])
     lost["redis"] = down
     assert listener.get(timeout=5) is INTERRUPTED
