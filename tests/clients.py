@@ -68,3 +68,14 @@ def session_as(app, email: str):
         session.permanent = True
     db.session.remove()
     return client
+
+
+def second_admin_approves(app, tool_name: str, email: str = "admin2@acme.test") -> None:
+    """The tenant's other admin approves, on the Policies page, the change of the tool's policy that waits
+    for a second pair of eyes (a change that lets calls wait less is not in force before)."""
+    other = sign_in(app, email)
+    page = other.get("/admin/policies").text
+    found = re.search(rf'id="change-(\d+)">\s*<h3><code>{re.escape(tool_name)}</code>', page)
+    assert found, f"no change of {tool_name} waits for a second admin"
+    answer = other.post(f"/admin/policies/changes/{found.group(1)}", {"decision": "approve"})
+    assert answer.status_code == 303, answer.text

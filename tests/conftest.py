@@ -41,6 +41,8 @@ RUNTIME_TABLES = [
     "summaries",
     "assistant_settings",
     "decisions",
+    "policy_changes",
+    "tool_ceilings",
     "tool_policies",
     "tool_access",
     "tool_calls",
@@ -328,6 +330,9 @@ class _AsUser:
 
     def post(self, url, **kw):
         return self._done(self.client.post(url, headers=self.headers, **kw))
+
+    def put(self, url, **kw):
+        return self._done(self.client.put(url, headers=self.headers, **kw))
 
     def delete(self, url, **kw):
         return self._done(self.client.delete(url, headers=self.headers, **kw))

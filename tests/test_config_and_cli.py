@@ -179,8 +179,8 @@ def test_seed_demo_is_idempotent_and_prints_the_logins(cli, read):
     assert "agent@acme.test" in first.output and "reviewer@acme.test" in first.output
     assert first.output == second.output
     printed = set(re.findall(r"^\s+(\S+@\S+)", first.output, re.MULTILINE))
-    assert len(printed) == 8
-    assert read(lambda s: s.scalar(select(func.count(User.id)).where(User.email.in_(printed)))) == 8
+    assert len(printed) == 9
+    assert read(lambda s: s.scalar(select(func.count(User.id)).where(User.email.in_(printed)))) == 9
 
 
 def test_outbox_shows_the_newest_emails_with_their_bodies(cli, session):

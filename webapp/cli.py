@@ -451,7 +451,110 @@ def register(app: Flask) -> None:
 
         click.echo(f"Re-enqueued {sweep()} conversation(s).")
 
+    _register_policies(app)
     _register_mcp(app)
+
+
+def _register_policies(app: Flask) -> None:
+    """`flask policy-change list|approve|reject` (the operator as the second pair of eyes) and `flask
+    ceiling set|list` (the most one call may move with no person, per tool, for every tenant)."""
+    from webapp.accounts import policy_actions
+    from webapp.agent import policies
+    from webapp.models import OPERATIONS_SLUG, Tenant
+    from webapp.web.errors import Refused
+
+    changes_group = AppGroup(
+        "policy-change", help="Policy changes that let calls wait less, waiting for a second pair of eyes."
+    )
+
+    @changes_group.command("list")
+    @click.option("--tenant", "slug", default=None, help="Only this tenant's changes.")
+    @click.option(
+        "--status",
+        type=click.Choice(("pending", "approved", "rejected", "withdrawn", "superseded", "all")),
+        default="pending",
+        show_default=True,
+    )
+    def list_changes_command(slug: str | None, status: str) -> None:
+        """The policy changes (pending ones unless --status says otherwise), newest first."""
+        tenant_id = None
+        if slug is not None:
+            tenant_id = db.session.scalar(
+                select(Tenant.id).where(Tenant.slug == slug.strip().lower(), Tenant.slug != OPERATIONS_SLUG)
+            )
+            if tenant_id is None:
+                raise click.UsageError(f"There is no tenant {slug.strip()!r}.")
+        rows = policy_actions.changes(db.session, tenant_id, None if status == "all" else status)
+        if not rows:
+            click.echo(f"No {'' if status == 'all' else status + ' '}policy changes.")
+        slugs = dict(db.session.execute(select(Tenant.id, Tenant.slug)).all())
+        for change in rows:
+            asked = change.requested_by.email if change.requested_by else "the desk"
+            admins = policy_actions.admin_count(db.session, change.tenant_id)
+            click.echo(
+                f"#{change.id} {slugs.get(change.tenant_id)} {change.tool_name}: {change.status}; asked by {asked} "
+                f"{change.requested_at:%Y-%m-%d %H:%M} UTC; the tenant has {admins} admin(s)"
+            )
+            click.echo(f"  now: {change.before.get('rule', '')}")
+            for sentence in change.loosens:
+                click.echo(f"  - {sentence}")
+
+    def decide(change_id: int, decision: str, reason: str | None) -> None:
+        try:
+            saved = policy_actions.decide(
+                db.session, None, change_id, decision, reason, actor_label="command line (operator)"
+            )
+        except Refused as exc:
+            db.session.rollback()
+            raise click.UsageError(exc.message) from None
+        if saved.change.status == "approved":
+            click.echo(f"Approved #{change_id}: {saved.policy.describe()} (version {saved.policy.version})")
+        else:
+            click.echo(f"Rejected #{change_id}; the policy of {saved.change.tool_name} stays as it is.")
+
+    @changes_group.command("approve")
+    @click.argument("change_id", type=click.IntRange(min=1))
+    @click.option("--reason", default=None)
+    def approve_change_command(change_id: int, reason: str | None) -> None:
+        """Put a waiting change in force (the second pair of eyes, e.g. for a tenant with one admin)."""
+        decide(change_id, "approve", reason)
+
+    @changes_group.command("reject")
+    @click.argument("change_id", type=click.IntRange(min=1))
+    @click.option("--reason", required=True, help="Why; the admin who asked reads it.")
+    def reject_change_command(change_id: int, reason: str) -> None:
+        """Leave the policy as it is."""
+        decide(change_id, "reject", reason)
+
+    app.cli.add_command(changes_group)
+
+    ceiling_group = AppGroup(
+        "ceiling", help="The most one call of a tool may move with no person, whatever a tenant's policy says."
+    )
+
+    @ceiling_group.command("set")
+    @click.argument("tool")
+    @click.argument("amount")
+    def set_ceiling_command(tool: str, amount: str) -> None:
+        """Above AMOUNT dollars (e.g. 500 or 250.50), every call of TOOL waits for a person, in every
+        tenant; "none" lifts the ceiling, "default" gives the tool's own back."""
+        try:
+            cents = policies.ceiling_cents(amount)
+            found = services().tools.get(tool.strip())
+            ceiling = ops_actions.set_ceiling(db.session, found, tool.strip(), cents, actor_label="command line")
+        except policies.PolicyError as exc:
+            raise click.UsageError(str(exc)) from None
+        click.echo(f"{tool.strip()}: {policies.ceiling_words(ceiling)}")
+
+    @ceiling_group.command("list")
+    def list_ceilings_command() -> None:
+        """Every tool with an amount and its ceiling."""
+        registry = services().tools
+        for tool in (registry.get(name) for name in sorted(registry.names())):
+            if policies.has_amount(tool):
+                click.echo(f"{tool.name}: {policies.ceiling_words(policies.ceiling_for(db.session, tool))}")
+
+    app.cli.add_command(ceiling_group)
 
 
 def _register_mcp(app: Flask) -> None:

@@ -123,6 +123,7 @@ TENANTS = (
             ("auditor@acme.test", "auditor"),
             ("admin@acme.test", "admin"),
             ("reviewer2@acme.test", "reviewer"),
+            ("admin2@acme.test", "admin"),  # the second pair of eyes on a policy that loosens
         ),
         fixed_invoice_ids=((4471, 1, 4471),),
     ),

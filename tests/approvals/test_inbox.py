@@ -9,7 +9,7 @@ from html import unescape
 import pytest
 from sqlalchemy import func, insert, select
 
-from tests.clients import session_as
+from tests.clients import second_admin_approves, session_as
 from tests.conftest import wait_until
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
@@ -190,6 +190,11 @@ def test_admins_change_a_policy_on_its_page_and_new_calls_follow_it(app, api, mo
         },
     )
     assert saved.status_code == 303
+    # A higher amount lets calls wait less: not in force until another admin approves it.
+    waiting = " ".join(unescape(re.sub(r"<[^>]+>", " ", admin.get("/admin/policies").get_data(as_text=True))).split())
+    assert "Asked for: issue_refund calls above $200.00 need 2 approvals within 2 hours" in waiting
+    assert "The amount above which calls wait goes from $50.00 to $200.00." in waiting
+    second_admin_approves(app, "issue_refund")
     assert "above $200.00 need 2 approvals within 2 hours" in admin.get("/admin/policies").get_data(as_text=True)
     small, large = waiting_calls(api, model, refund(4471, 9000), refund(4401, 20001))
     assert (small.status, large.status) == ("succeeded", "awaiting_approval")

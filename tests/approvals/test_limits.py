@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from tests.approvals.test_decision_page import section, words
 from tests.approvals.test_inbox import refund, waiting_calls
-from tests.clients import session_as
+from tests.clients import second_admin_approves, session_as
 from webapp.models import Invoice, Refund
 from webapp.runtime.extensions import db
 
@@ -49,8 +49,9 @@ def test_limits_per_customer_and_per_tenant_add_up_across_conversations_as_the_a
     admin = session_as(app, "admin@acme.test")
     page = admin.get("/admin/policies").get_data(as_text=True)
     assert (
-        "Without a person, at most 3 calls and $100.00 per conversation; $200.00 per customer in 24 hours."
-        in unescape(page)
+        "Above $500.00 every call waits for a person (the desk's ceiling). Without a person, at most 3 calls and "
+        "$100.00 per conversation; $200.00 per customer in 24 hours; $500.00 for the whole tenant in 24 hours; "
+        "$300.00 per acting person in 24 hours." in unescape(page)
     )
     token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
     limits = {
@@ -72,6 +73,7 @@ def test_limits_per_customer_and_per_tenant_add_up_across_conversations_as_the_a
         data=form | limits | {"limit_customer_day_cents": "30", "limit_tenant_day_count": "2"},
     )
     assert saved.status_code == 303
+    second_admin_approves(app, "issue_refund")  # limits cleared let more run without a person: four eyes
     shown = unescape(admin.get("/admin/policies").get_data(as_text=True))
     assert (
         "Without a person, at most $30.00 per customer in 24 hours; 2 calls for the whole tenant in 24 hours." in shown

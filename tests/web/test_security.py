@@ -58,6 +58,10 @@ EXPECTED = {
     "api.list_tokens": EVERYONE,
     "api.revoke_token": EVERYONE,
     "api.openapi_document": "public",
+    "api.list_policies": {"admin"},
+    "api.set_policy": {"admin"},
+    "api.list_policy_changes": {"admin"},
+    "api.decide_policy_change": {"admin"},
     "tokens.of_user": {"admin"},
     "metrics.metrics": {"admin", "operator"},  # or Prometheus with the METRICS_TOKEN (tests/ops/test_metrics.py)
     "ops.index": {
@@ -137,6 +141,8 @@ def sample(app, api, model):
         "tool_name": "send_email",
         "kind": "email",  # a notification channel
         "name": "no-such-endpoint",  # an endpoint's page (operators): 404 for them, refused for the rest
+        "tool": "send_email",  # a policy (PUT with mode "always" changes nothing: it is already so)
+        "change_id": 2**31 - 1,  # a policy change: 404 for admins, refused for the rest
     }
     db.session.remove()
     return values
@@ -168,6 +174,8 @@ API_BODIES = {
     "api.extend_budget": {"moves": 5},
     "api.decide_approval": {"decision": "reject", "reason": "no"},
     "api.give_input": {"input": "123456"},
+    "api.set_policy": {"mode": "always"},
+    "api.decide_policy_change": {"decision": "reject", "reason": "no"},
 }
 
 

@@ -12,11 +12,13 @@ from flask_login import current_user
 from sqlalchemy import func, select
 
 from webapp import audit_chain
+from webapp.accounts import policy_actions
 from webapp.agent import access as access_rules
 from webapp.agent import policies as policy_rules
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.web.errors import Refused
 from webapp.web.security import roles_required
 
 bp = Blueprint("policies", __name__, url_prefix="/admin/policies")
@@ -43,32 +45,65 @@ def save_policy(tool_name: str):
             if "remind_after_minutes" in form
             else policy_rules.KEEP
         )
-        before, after = policy_rules.save_policy(
+        saved = policy_actions.change_policy(
             db.session,
-            _admin().tenant_id,
+            _admin(),
             tool,
             mode=form.get("mode", ""),
             amount_threshold_cents=threshold,
             approvals_required=approvals_needed,
             ttl_seconds=round(ttl_hours * 3600),
-            by_user_id=_admin().id,
             limits=limits,
             remind_after_seconds=remind,
         )
     except policy_rules.PolicyError as exc:
         db.session.rollback()
         return _policies_page(_Refusal(tool_name, "policy", str(exc), exc.field, form)), 422
-    audit_chain.record(
-        db.session,
-        "policy_changed",
-        tenant_id=_admin().tenant_id,
-        actor=_admin(),
-        tool_name=tool_name,
-        data={"before": before.snapshot(), "after": after.snapshot()},
-    )
-    db.session.commit()
-    flash(f"Saved: {after.describe()} (version {after.version})", "info")
+    if saved.unchanged:
+        flash(f"Nothing changed: that is the rule in force (version {saved.policy.version}).", "info")
+    elif saved.change is not None:
+        flash(
+            f"Not in force yet: this change lets calls wait less ({' '.join(saved.change.loosens)}), so another "
+            f"admin of {_admin().tenant.name} has to approve it. Until then the rule stays as it is.",
+            "info",
+        )
+        return redirect(url_for(".index", _anchor=f"change-{saved.change.id}"), code=303)
+    else:
+        flash(f"Saved: {saved.policy.describe()} (version {saved.policy.version})", "info")
     return redirect(url_for(".index", _anchor=f"policy-{tool_name}"), code=303)
+
+
+@bp.post("/changes/<int:change_id>")
+@roles_required("admin")
+def decide_change(change_id: int):
+    """A second admin approves or rejects a change that loosens a policy."""
+    form = request.form
+    unknown = set(form) - {"csrf_token", "decision", "reason"}
+    try:
+        if unknown:
+            raise Refused(422, "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
+        saved = policy_actions.decide(db.session, _admin(), change_id, form.get("decision", ""), form.get("reason", ""))
+    except Refused as exc:
+        db.session.rollback()
+        return _policies_page(change_refusal=(change_id, exc.message, form.get("reason", ""))), exc.status
+    change = saved.change
+    if change.status == "approved":
+        flash(f"Approved: {saved.policy.describe()} (version {saved.policy.version}) is in force.", "info")
+    else:
+        flash(f"Rejected the change of {change.tool_name}; the rule stays as it is.", "info")
+    return redirect(url_for(".index", _anchor=f"policy-{change.tool_name}"), code=303)
+
+
+@bp.post("/changes/<int:change_id>/withdraw")
+@roles_required("admin")
+def withdraw_change(change_id: int):
+    try:
+        change = policy_actions.withdraw(db.session, _admin(), change_id)
+    except Refused as exc:
+        db.session.rollback()
+        return _policies_page(change_refusal=(change_id, exc.message, "")), exc.status
+    flash(f"Withdrew the change of {change.tool_name}; the rule stays as it is.", "info")
+    return redirect(url_for(".index", _anchor=f"policy-{change.tool_name}"), code=303)
 
 
 @bp.post("/<tool_name>/access")
@@ -115,8 +150,9 @@ class _Refusal:
         self.typed = {key: typed.getlist(key) if key == "roles" else typed.get(key) for key in typed}
 
 
-def _policies_page(refusal: _Refusal | None = None) -> str:
+def _policies_page(refusal: _Refusal | None = None, change_refusal: tuple | None = None) -> str:
     tenant_id = _admin().tenant_id
+    pending = policy_actions.changes(db.session, tenant_id)
     tools = services().tools_for(db.session, tenant_id)
     settings = access_rules.accesses(db.session, tenant_id)
     names = _names(tenant_id, [user_id for setting in settings.values() for user_id in setting.user_ids])
@@ -133,16 +169,26 @@ def _policies_page(refusal: _Refusal | None = None) -> str:
                 "access": setting,
                 "access_words": setting.describe(names),
                 "people": ", ".join(sorted(_emails(setting.user_ids, tenant_id))),
+                "pending": [change for change in pending if change.tool_name == name],
             }
         )
     return render_template(
         "accounts/policies.html",
         rows=rows,
         refusal=refusal,
+        pending=pending,
+        change_refusal=change_refusal,
+        one_admin=policy_actions.ONE_ADMIN if policy_actions.admin_count(db.session, tenant_id) < 2 else None,
         scopes=policy_rules.SCOPES,
         roles=ROLES,
-        mode_words={"never": "runs at once", "always": "always waits", "above_amount": "waits above an amount"},
+        mode_words=policy_rules.MODE_WORDS,
+        described=_described,
     )
+
+
+def _described(change) -> str:
+    """What a waiting change would make the rule say."""
+    return policy_rules.Policy(change.tool_name, **policy_rules.from_settings(change.proposed)).describe()
 
 
 def _tool(tool_name: str):

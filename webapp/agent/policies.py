@@ -7,15 +7,16 @@ version included, so every decision can say which rule it was made under.
 
 from __future__ import annotations
 
+import math
 import zlib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from webapp.agent.states import CallStatus
-from webapp.models import ToolCall, ToolPolicy, utcnow
+from webapp.models import ToolCall, ToolCeiling, ToolPolicy, utcnow
 from webapp.tools.registry import Tool
 
 MODES = ("never", "always", "above_amount")
@@ -54,8 +55,9 @@ def modes_for(tool: Tool) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Limits:
     """How much of a tool may run with no person, added up: per conversation, per customer in the
-    last 24 hours and per tenant in the last 24 hours, as a number of calls and as an amount in cents
-    (None: no limit). Past a limit the call waits for a person like any flagged call."""
+    last 24 hours, per tenant in the last 24 hours and per acting person (whose conversation asked)
+    in the last 24 hours, as a number of calls and as an amount in cents (None: no limit). Past a
+    limit the call waits for a person like any flagged call."""
 
     conversation_count: int | None = None
     conversation_cents: int | None = None
@@ -63,11 +65,16 @@ class Limits:
     customer_day_cents: int | None = None
     tenant_day_count: int | None = None
     tenant_day_cents: int | None = None
+    person_day_count: int | None = None
+    person_day_cents: int | None = None
 
     @classmethod
-    def from_dict(cls, values: dict | None) -> Limits:
-        names = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in (values or {}).items() if key in names})
+    def from_dict(cls, values: dict | None, defaults: Limits | None = None) -> Limits:
+        """The limits a stored dict names; a limit it does not name at all (saved before that limit
+        existed) takes its value from `defaults`."""
+        names = [f.name for f in fields(cls)]
+        values = values or {}
+        return cls(**{name: values[name] if name in values else getattr(defaults or cls(), name) for name in names})
 
     def any(self) -> bool:
         return any(value is not None for value in asdict(self).values())
@@ -88,13 +95,23 @@ SCOPES = (
     ("conversation", "per conversation"),
     ("customer_day", "per customer in 24 hours"),
     ("tenant_day", "for the whole tenant in 24 hours"),
+    ("person_day", "per acting person in 24 hours"),
 )
 # What counts as having run (or being about to run) without a person: calls the policy let through,
 # not the ones that failed their checks or were stopped.
 _RAN = (CallStatus.PENDING, CallStatus.RUNNING, CallStatus.AWAITING_TASK, CallStatus.SUCCEEDED)
 DEFAULT_LIMITS = {
-    "issue_refund": Limits(conversation_count=3, conversation_cents=10_000, customer_day_cents=20_000),
+    "issue_refund": Limits(
+        conversation_count=3,
+        conversation_cents=10_000,
+        customer_day_cents=20_000,
+        tenant_day_cents=50_000,
+        person_day_cents=30_000,
+    ),
 }
+# How strict each rule is, for telling a loosening from a tightening.
+_STRICTNESS = {"never": 0, "above_amount": 1, "always": 2}
+MODE_WORDS = {"never": "runs at once", "always": "always waits", "above_amount": "waits above an amount"}
 # A waiting call reminds the tenant's channels after the policy's reminder time; without one, after
 # an hour or a quarter of the time to decide, whichever is sooner. It escalates to the tenant's admins
 # when this share of the time to decide is left.
@@ -117,13 +134,16 @@ class Policy:
     version: int = 0  # 0: the built-in default, never edited
     limits: Limits = field(default_factory=Limits)
     remind_after_seconds: int | None = None  # None: the default (DEFAULT_REMIND_AFTER_SECONDS)
+    ceiling_cents: int | None = None  # the operator's: above it every call waits, whatever the rule
 
     def needs_approval(self, arguments: dict) -> bool:
         """Whether a call with these arguments must wait for people."""
         if self.mode == "always":
             return True
+        amount = arguments.get("amount_cents")
+        if self.ceiling_cents is not None and (not isinstance(amount, int) or amount > self.ceiling_cents):
+            return True
         if self.mode == "above_amount":
-            amount = arguments.get("amount_cents")
             return not isinstance(amount, int) or amount > (self.amount_threshold_cents or 0)
         return False
 
@@ -139,7 +159,14 @@ class Policy:
             rule = f"{self.tool_name} calls above {limit} need {people} {within}; smaller ones run at once."
         else:
             rule = f"{self.tool_name} calls run at once."
-        return f"{rule} {self.limits.describe()}".strip() if self.mode != "always" else rule
+        if self.mode == "always":
+            return rule
+        ceiling = (
+            f"Above {_dollars(self.ceiling_cents)} every call waits for a person (the desk's ceiling)."
+            if self.ceiling_cents is not None
+            else ""
+        )
+        return " ".join(part for part in (rule, ceiling, self.limits.describe()) if part)
 
     def limit_reached(self, session: Session, call: ToolCall, customer_id: int | None) -> str | None:
         """Which limit this call, which the rule alone would let run, would pass (in words), or None.
@@ -155,6 +182,7 @@ class Policy:
             "conversation": (ToolCall.conversation_id == call.conversation_id,),
             "customer_day": (ToolCall.customer_id == customer_id, ToolCall.created_at >= day),
             "tenant_day": (ToolCall.created_at >= day,),
+            "person_day": (ToolCall.acting_user_id == call.acting_user_id, ToolCall.created_at >= day),
         }
         for scope, words in SCOPES:
             most_calls, most_cents = getattr(self.limits, f"{scope}_count"), getattr(self.limits, f"{scope}_cents")
@@ -203,20 +231,78 @@ class Policy:
         )
 
 
-def default_policy(tool: Tool) -> Policy:
+def default_policy(tool: Tool, ceiling_cents: int | None = None) -> Policy:
     if not tool.sensitive:
-        return Policy(tool.name, "never", approvals_required=0)
+        return Policy(tool.name, "never", approvals_required=0, ceiling_cents=ceiling_cents)
     mode, threshold, approvals = DEFAULTS.get(tool.name, ("always", None, 1))
-    return Policy(tool.name, mode, threshold, approvals, limits=DEFAULT_LIMITS.get(tool.name, Limits()))
+    limits = DEFAULT_LIMITS.get(tool.name, Limits())
+    return Policy(tool.name, mode, threshold, approvals, limits=limits, ceiling_cents=ceiling_cents)
+
+
+def ceiling_for(session: Session, tool: Tool) -> int | None:
+    """The most one call of the tool may move with no person: the operator's ceiling for it, else the
+    tool's own (None: no ceiling, or a tool without an amount)."""
+    if not has_amount(tool):
+        return None
+    row = session.scalar(select(ToolCeiling).where(ToolCeiling.tool_name == tool.name))
+    return tool.ceiling_cents if row is None else row.ceiling_cents
+
+
+DEFAULT_CEILING = object()  # set_ceiling: the tool's own ceiling again
+
+
+def ceiling_cents(text: str) -> int | None | object:
+    """A ceiling as an operator types it: dollars ("500", "250.50"), "none" (no ceiling) or "default"
+    (the tool's own); PolicyError says what to type."""
+    word = text.strip().lower().removeprefix("$").replace(",", "")
+    if word == "none":
+        return None
+    if word == "default":
+        return DEFAULT_CEILING
+    try:
+        dollars = float(word)
+    except ValueError:
+        dollars = math.nan
+    cents = round(dollars * 100) if math.isfinite(dollars) else -1
+    if not 0 <= cents <= 10_000_000:
+        raise PolicyError(f'{text!r} is not a ceiling: give dollars from 0 to 100,000 (e.g. 500), "none" or "default".')
+    return cents
+
+
+def ceiling_words(cents: int | None) -> str:
+    if cents is None:
+        return "no ceiling: its policy alone decides which calls wait"
+    return f"above {_dollars(cents)} every call waits for a person, whatever a tenant's policy says"
+
+
+def set_ceiling(session: Session, tool: Tool, cents: int | None | object, by_user_id: int | None) -> int | None:
+    """Set the operator's ceiling on the tool for every tenant (DEFAULT_CEILING: the tool's own); the
+    ceiling now. A policy's threshold above a lower ceiling stays stored, and the ceiling wins."""
+    if not has_amount(tool):
+        raise PolicyError(f"{tool.name} moves no amount, so no ceiling applies to it.")
+    row = session.scalar(select(ToolCeiling).where(ToolCeiling.tool_name == tool.name))
+    if cents is DEFAULT_CEILING:
+        if row is not None:
+            session.delete(row)
+    else:
+        if row is None:
+            row = ToolCeiling(tool_name=tool.name)
+            session.add(row)
+        row.ceiling_cents, row.set_by_id, row.set_at = cents, by_user_id, utcnow()
+    session.flush()
+    return ceiling_for(session, tool)
 
 
 def policy_for(session: Session, tenant_id: int, tool: Tool) -> Policy:
-    """The tenant's policy for this tool, or the tool's default."""
+    """The tenant's policy for this tool, or the tool's default, under the operator's ceiling."""
+    ceiling = ceiling_for(session, tool)
     row = session.scalar(select(ToolPolicy).where(ToolPolicy.tenant_id == tenant_id, ToolPolicy.tool_name == tool.name))
     if row is None:
-        return default_policy(tool)
-    # A policy saved before limits existed keeps the tool's default limits.
-    limits = DEFAULT_LIMITS.get(tool.name, Limits()) if row.limits is None else Limits.from_dict(row.limits)
+        return default_policy(tool, ceiling)
+    # A policy saved before limits existed keeps the tool's default limits (all of them, or those it
+    # does not name).
+    defaults = DEFAULT_LIMITS.get(tool.name, Limits())
+    limits = defaults if row.limits is None else Limits.from_dict(row.limits, defaults)
     return Policy(
         row.tool_name,
         row.mode,
@@ -226,10 +312,11 @@ def policy_for(session: Session, tenant_id: int, tool: Tool) -> Policy:
         row.version,
         limits,
         row.remind_after_seconds,
+        ceiling,
     )
 
 
-def save_policy(
+def proposed_policy(
     session: Session,
     tenant_id: int,
     tool: Tool,
@@ -238,17 +325,17 @@ def save_policy(
     amount_threshold_cents: int | None,
     approvals_required: int,
     ttl_seconds: int,
-    by_user_id: int,
     limits: Limits | None = None,
     remind_after_seconds: int | None | object = KEEP,
 ) -> tuple[Policy, Policy]:
-    """Store a new version of the tool's policy; returns (before, after). PolicyError on bad values.
-    Without `limits`, the policy keeps the limits it has; without `remind_after_seconds` (None: the
-    default), its reminder time."""
+    """The policy in force and the one asked for, checked (nothing is written); PolicyError says what
+    to fix. Without `limits`, the policy keeps the limits it has; without `remind_after_seconds` (None:
+    the default), its reminder time."""
     if mode not in MODES:
         raise PolicyError(f"The rule must be one of: {', '.join(MODES)}.", "mode")
     if tool.sensitive and mode == "never":
         raise PolicyError(f"{tool.name} changes things for customers; it must wait for at least one person.", "mode")
+    before = policy_for(session, tenant_id, tool)
     if mode == "above_amount":
         if not has_amount(tool):
             raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount rule.", "mode")
@@ -262,6 +349,13 @@ def save_policy(
                 "It changes things for customers: choose a lower limit.",
                 "amount_threshold",
             )
+        ceiling = before.ceiling_cents
+        if ceiling is not None and amount_threshold_cents > ceiling:
+            raise PolicyError(
+                f"The desk's operator caps {tool.name} at {_dollars(ceiling)}: above that every call waits for a "
+                f"person, whatever the policy says. Choose an amount limit of at most {_dollars(ceiling)}.",
+                "amount_threshold",
+            )
     else:
         amount_threshold_cents = None
     if mode == "never":
@@ -270,7 +364,6 @@ def save_policy(
         raise PolicyError("Approvals needed must be from 1 to 5.", "approvals_required")
     if not isinstance(ttl_seconds, int) or not 300 <= ttl_seconds <= 30 * DAY:
         raise PolicyError("The time to decide must be from 5 minutes to 30 days.", "ttl_hours")
-    before = policy_for(session, tenant_id, tool)
     if remind_after_seconds is KEEP:
         remind_after_seconds = before.remind_after_seconds
     if remind_after_seconds is not None and (
@@ -283,21 +376,92 @@ def save_policy(
         )
     limits = before.limits if limits is None else limits
     _check_limits(tool, limits)
-    row = session.scalar(select(ToolPolicy).where(ToolPolicy.tenant_id == tenant_id, ToolPolicy.tool_name == tool.name))
+    after = Policy(
+        tool.name,
+        mode,
+        amount_threshold_cents,
+        approvals_required,
+        ttl_seconds,
+        before.version + 1,
+        limits,
+        remind_after_seconds,
+        before.ceiling_cents,
+    )
+    return before, after
+
+
+def settings(policy: Policy) -> dict:
+    """What an admin sets of a policy, as stored on a change waiting for a second admin."""
+    return {
+        "mode": policy.mode,
+        "amount_threshold_cents": policy.amount_threshold_cents,
+        "approvals_required": policy.approvals_required,
+        "ttl_seconds": policy.ttl_seconds,
+        "limits": asdict(policy.limits),
+        "remind_after_seconds": policy.remind_after_seconds,
+    }
+
+
+def from_settings(values: dict) -> dict:
+    """proposed_policy's keyword arguments from settings() (limits typed again)."""
+    return {**values, "limits": Limits.from_dict(values.get("limits"))}
+
+
+def loosenings(before: Policy, after: Policy) -> list[str]:
+    """What in `after` lets some call wait less than under `before`, in sentences for people (empty:
+    nothing does, so the change may take effect at once). A limit raised or cleared counts even where
+    the rule makes every call wait, since a later rule would bring it into force."""
+    said = []
+    if _STRICTNESS[after.mode] < _STRICTNESS[before.mode]:
+        said.append(f"The rule goes from “{MODE_WORDS[before.mode]}” to “{MODE_WORDS[after.mode]}”.")
+    elif before.mode == after.mode == "above_amount" and (after.amount_threshold_cents or 0) > (
+        before.amount_threshold_cents or 0
+    ):
+        said.append(
+            f"The amount above which calls wait goes from {_dollars(before.amount_threshold_cents or 0)} "
+            f"to {_dollars(after.amount_threshold_cents)}."
+        )
+    if after.mode != "never" and 0 < after.approvals_required < before.approvals_required:
+        said.append(f"Approvals needed go from {before.approvals_required} to {after.approvals_required}.")
+    for scope, words in SCOPES:
+        for kind in ("count", "cents"):
+            was, now = getattr(before.limits, f"{scope}_{kind}"), getattr(after.limits, f"{scope}_{kind}")
+            if was is None or (now is not None and now <= was):
+                continue
+            what = f"The most {'calls' if kind == 'count' else 'money'} without a person {words}"
+            shown = (lambda v: f"{v:,}") if kind == "count" else _dollars
+            said.append(f"{what} goes from {shown(was)} to {shown(now) if now is not None else 'no limit'}.")
+    return said
+
+
+def apply_policy(session: Session, tenant_id: int, after: Policy, by_user_id: int | None) -> Policy:
+    """Store `after` (from proposed_policy) as the tool's policy, a new version; the policy as stored."""
+    row = session.scalar(
+        select(ToolPolicy).where(ToolPolicy.tenant_id == tenant_id, ToolPolicy.tool_name == after.tool_name)
+    )
     if row is None:
-        row = ToolPolicy(tenant_id=tenant_id, tool_name=tool.name, version=0)
+        row = ToolPolicy(tenant_id=tenant_id, tool_name=after.tool_name, version=0)
         session.add(row)
-    row.mode = mode
-    row.amount_threshold_cents = amount_threshold_cents
-    row.approvals_required = approvals_required
-    row.ttl_seconds = ttl_seconds
-    row.limits = asdict(limits)
-    row.remind_after_seconds = remind_after_seconds
-    row.version = max(row.version, before.version) + 1
+    row.mode = after.mode
+    row.amount_threshold_cents = after.amount_threshold_cents
+    row.approvals_required = after.approvals_required
+    row.ttl_seconds = after.ttl_seconds
+    row.limits = asdict(after.limits)
+    row.remind_after_seconds = after.remind_after_seconds
+    row.version = max(row.version, after.version - 1) + 1
     row.updated_by_id = by_user_id
     row.updated_at = utcnow()
     session.flush()
-    return before, policy_for(session, tenant_id, tool)
+    return replace(after, version=row.version)
+
+
+def save_policy(
+    session: Session, tenant_id: int, tool: Tool, *, by_user_id: int | None, **values
+) -> tuple[Policy, Policy]:
+    """Store a new version of the tool's policy at once, loosening or not (the four-eyes rule is the
+    caller's: webapp/accounts/policy_actions.py); returns (before, after). PolicyError on bad values."""
+    before, after = proposed_policy(session, tenant_id, tool, **values)
+    return before, apply_policy(session, tenant_id, after, by_user_id)
 
 
 def _check_limits(tool: Tool, limits: Limits) -> None:

@@ -9,6 +9,8 @@ from sqlalchemy import func, select
 from werkzeug.exceptions import HTTPException
 
 from webapp.accounts import actions as accounts
+from webapp.accounts import policy_actions
+from webapp.agent import policies as policy_rules
 from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
 from webapp.api.openapi import document, documented
@@ -23,11 +25,22 @@ from webapp.api.schemas import (
     ConversationState,
     ConversationView,
     DecideApproval,
+    DecidePolicyChange,
     ExtendBudget,
+    FieldProblem,
     GiveInput,
     InvalidFields,
+    PolicyChangeDecided,
+    PolicyChangeList,
+    PolicyChangesQuery,
+    PolicyChangeView,
+    PolicyChangeWaiting,
+    PolicyList,
+    PolicySaved,
+    PolicyView,
     PostMessage,
     RevokeToken,
+    SetPolicy,
     StartConversation,
     TokenList,
     TokensQuery,
@@ -44,6 +57,7 @@ from webapp.conversations import actions as conversations
 from webapp.identity import token_state
 from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
 from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 from webapp.web.errors import Refused, json_error
 from webapp.web.security import api_roles, public
 
@@ -264,6 +278,101 @@ def give_input(tool_call_id: int):
     sent = body(GiveInput)
     call = conversations.give_input(db.session, g.user, tool_call_id, sent.input)
     return answer(ToolCallView.of(call), 202)
+
+
+# --- policies -------------------------------------------------------------------------------------
+
+# The policy form's fields, as the API names them (a PolicyError names the form's).
+_POLICY_FIELDS = {
+    "mode": "mode",
+    "amount_threshold": "threshold_cents",
+    "approvals_required": "approvals",
+    "ttl_hours": "ttl_seconds",
+    "remind_after_minutes": "remind_after_seconds",
+}
+
+
+@bp.get("/policies")
+@documented("List the tools' policies", responses={200: PolicyList})
+@api_roles("admin")
+def list_policies():
+    """Every tool of the tenant (built-in and MCP) with the policy in force."""
+    tools = services().tools_for(db.session, g.user.tenant_id)
+    pending = policy_actions.changes(db.session, g.user.tenant_id)
+    views = []
+    for name in sorted(tools.names()):
+        policy = policy_rules.policy_for(db.session, g.user.tenant_id, tools.get(name))
+        views.append(PolicyView.of(policy, [change.id for change in pending if change.tool_name == name]))
+    return answer(PolicyList(policies=views))
+
+
+@bp.put("/policies/<tool>")
+@documented(
+    "Set a tool's policy",
+    body=SetPolicy,
+    responses={200: PolicySaved, 202: PolicyChangeWaiting},
+    errors={422: "invalid_policy: a policy the tool cannot have (the message says why, `fields` which field)."},
+)
+@api_roles("admin")
+def set_policy(tool: str):
+    """Stricter (or unchanged): in force at once (200). Looser: waits for another admin (202)."""
+    sent = body(SetPolicy)
+    found = services().tools_for(db.session, g.user.tenant_id).get(tool)
+    if found is None:
+        raise Refused(404, "not_found", f"There is no tool named {tool[:128]} in your organisation.")
+    now = policy_rules.policy_for(db.session, g.user.tenant_id, found)
+    limits = sent.limits.model_dump() if sent.limits is not None else None
+    values = {
+        "mode": sent.mode,
+        "amount_threshold_cents": sent.threshold_cents,
+        "approvals_required": sent.approvals or max(now.approvals_required, 1),
+        "ttl_seconds": sent.ttl_seconds or now.ttl_seconds,
+        "limits": policy_rules.Limits(**limits) if limits is not None else None,
+    }
+    if "remind_after_seconds" in sent.model_fields_set:
+        values["remind_after_seconds"] = sent.remind_after_seconds
+    if sent.mode == "above_amount" and sent.threshold_cents is None:
+        raise InvalidFields([FieldProblem(field="threshold_cents", problem="is required with above_amount")], [])
+    try:
+        saved = policy_actions.change_policy(db.session, g.user, found, **values)
+    except policy_rules.PolicyError as exc:
+        field = _POLICY_FIELDS.get(exc.field or "") or (
+            "limits." + exc.field.removeprefix("limit_") if (exc.field or "").startswith("limit_") else None
+        )
+        fields = [{"field": field, "problem": str(exc)}] if field else []
+        return jsonify(error="invalid_policy", message=str(exc), fields=fields), 422
+    if saved.change is not None:
+        return answer(PolicyChangeWaiting(change=PolicyChangeView.of(saved.change)), 202)
+    return answer(PolicySaved(policy=PolicyView.of(saved.policy)))
+
+
+@bp.get("/policy-changes")
+@documented("List policy changes", query=PolicyChangesQuery, responses={200: PolicyChangeList})
+@api_roles("admin")
+def list_policy_changes():
+    """The tenant's policy changes, newest first; pending ones unless `status` says otherwise."""
+    status = query(PolicyChangesQuery).status or "pending"
+    rows = policy_actions.changes(db.session, g.user.tenant_id, None if status == "all" else status)
+    return answer(PolicyChangeList(changes=[PolicyChangeView.of(change) for change in rows]))
+
+
+@bp.post("/policy-changes/<int:change_id>")
+@documented(
+    "Approve or reject a policy change",
+    body=DecidePolicyChange,
+    responses={200: PolicyChangeDecided},
+    errors={
+        403: "not_allowed: the admin who asked for the change cannot decide it (four eyes).",
+        409: "already_decided, or policy_changed_since: the policy changed after the change was asked.",
+        422: "reason_required: a rejection needs a reason; invalid_policy: the change no longer fits the rules.",
+    },
+)
+@api_roles("admin")
+def decide_policy_change(change_id: int):
+    sent = body(DecidePolicyChange)
+    saved = policy_actions.decide(db.session, g.user, change_id, sent.decision, sent.reason)
+    policy = PolicyView.of(saved.policy) if saved.policy is not None else None
+    return answer(PolicyChangeDecided(change=PolicyChangeView.of(saved.change), policy=policy))
 
 
 # --- audit log ----------------------------------------------------------------------------------

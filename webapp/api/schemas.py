@@ -11,6 +11,7 @@ since the HTML forms call them too; the limits here are theirs, imported.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
@@ -174,6 +175,87 @@ class RevokeToken(RequestBody):
     """Revoking a token takes no fields; a body, if sent, must be an empty JSON object."""
 
 
+LimitCount = Annotated[
+    int | None,
+    Field(ge=1, le=100_000, description="The most calls; null: no limit."),
+    Rule("must be a whole number from 1 to 100,000, or null"),
+]
+LimitCents = Annotated[
+    int | None,
+    Field(ge=1, le=10_000_000, description="The most money, in cents; null: no limit."),
+    Rule("must be a whole number of cents from 1 to 10,000,000, or null"),
+]
+
+
+class PolicyLimits(RequestBody):
+    """How much of a tool may run with no person, added up, as calls (`_count`) and money in cents
+    (`_cents`): per conversation, per customer, for the whole tenant and per acting person, the last three
+    over 24 hours. A limit left out or null is no limit. Past a limit a call waits for a person."""
+
+    conversation_count: LimitCount = None
+    conversation_cents: LimitCents = None
+    customer_day_count: LimitCount = None
+    customer_day_cents: LimitCents = None
+    tenant_day_count: LimitCount = None
+    tenant_day_cents: LimitCents = None
+    person_day_count: LimitCount = None
+    person_day_cents: LimitCents = None
+
+
+class SetPolicy(RequestBody):
+    """A tool's policy as an admin sets it. A change that lets any call wait less than before (a looser
+    mode, a higher threshold, fewer approvals, a limit raised or cleared) is not in force until another
+    admin approves it (202); a stricter one is in force at once (200)."""
+
+    mode: Annotated[
+        Literal["never", "always", "above_amount"],
+        Field(
+            description="never: runs at once; always: every call waits; above_amount: calls above threshold_cents wait."
+        ),
+        Rule('must be "never", "always" or "above_amount"'),
+    ]
+    threshold_cents: Annotated[
+        int | None,
+        Field(ge=0, le=10_000_000, description="With above_amount: calls above this many cents wait for people."),
+        Rule("must be a whole number of cents from 0 to 10,000,000 (with above_amount), or null"),
+    ] = None
+    approvals: Annotated[
+        int | None,
+        Field(ge=1, le=5, description="How many people must approve a waiting call; left out: as now (at least 1)."),
+        Rule("must be a whole number from 1 to 5, or null"),
+    ] = None
+    limits: Annotated[
+        PolicyLimits | None,
+        Field(description="What may run with no person, added up; left out: the limits stay as they are."),
+        Rule("must be an object of limits (conversation_count, tenant_day_cents, ...), or null"),
+    ] = None
+    ttl_seconds: Annotated[
+        int | None,
+        Field(ge=300, le=30 * 24 * 3600, description="How long people have to decide; left out: as now."),
+        Rule("must be a whole number of seconds from 300 to 2,592,000, or null"),
+    ] = None
+    remind_after_seconds: Annotated[
+        int | None,
+        Field(ge=60, description="When a waiting call reminds the channels; null: the default; left out: as now."),
+        Rule("must be a whole number of seconds of at least 60 (less than ttl_seconds), or null"),
+    ] = None
+
+
+class DecidePolicyChange(RequestBody):
+    """A second admin's decision on a policy change that waits for one."""
+
+    decision: Annotated[
+        Literal["approve", "reject"],
+        Field(description="Put the change in force (approve) or leave the policy as it is (reject)."),
+        Rule('must be "approve" or "reject"'),
+    ]
+    reason: Annotated[
+        str | None,
+        Field(max_length=2000, pattern=NO_NUL, description="Why; required to reject (the admin who asked reads it)."),
+        Rule("must be a string of at most 2,000 characters, or null"),
+    ] = None
+
+
 # --- query parameters -------------------------------------------------------------------------------
 
 MAX_ID = 2**63 - 1  # ids are 64-bit; a larger number names nothing (404 in a path, 422 in a query)
@@ -192,6 +274,16 @@ class QueryParameters(BaseModel):
     number is decimal digits only."""
 
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
+
+
+class PolicyChangesQuery(QueryParameters):
+    """Which policy changes to list."""
+
+    status: Annotated[
+        Literal["pending", "approved", "rejected", "withdrawn", "superseded", "all"] | None,
+        Field(description="Only changes in this state; left out: pending."),
+        Rule('must be one of "pending", "approved", "rejected", "withdrawn", "superseded", "all"'),
+    ] = None
 
 
 class TokensQuery(QueryParameters):
@@ -565,6 +657,108 @@ class ApprovalList(BaseModel):
     """The tenant's tool calls waiting for a decision, oldest first (at most 200)."""
 
     approvals: list[ToolCallView]
+
+
+class PolicyView(BaseModel):
+    """A tool's policy in force: when its calls wait for people, how many, and what may run without one."""
+
+    tool: str
+    mode: Literal["never", "always", "above_amount"]
+    threshold_cents: int | None = Field(description="With above_amount: calls above this wait.")
+    approvals: int = Field(description="People who must approve a waiting call (0 with never).")
+    limits: PolicyLimits
+    ttl_seconds: int = Field(description="How long people have to decide.")
+    remind_after_seconds: int | None = Field(description="When a waiting call reminds; null: the default.")
+    ceiling_cents: int | None = Field(
+        description="The desk operator's ceiling: above it every call waits, whatever the policy; null: none."
+    )
+    version: int = Field(description="0: the tool's built-in default, never edited.")
+    rule: str = Field(description="The policy in words.")
+    pending_changes: list[int] = Field(description="Changes of this policy waiting for a second admin.")
+
+    @classmethod
+    def of(cls, policy: Any, pending: list[int] = ()) -> PolicyView:
+        return cls(
+            tool=policy.tool_name,
+            mode=policy.mode,
+            threshold_cents=policy.amount_threshold_cents,
+            approvals=policy.approvals_required,
+            limits=PolicyLimits(**dataclasses.asdict(policy.limits)),
+            ttl_seconds=policy.ttl_seconds,
+            remind_after_seconds=policy.remind_after_seconds,
+            ceiling_cents=policy.ceiling_cents,
+            version=policy.version,
+            rule=policy.describe(),
+            pending_changes=list(pending),
+        )
+
+
+class PolicyList(BaseModel):
+    """Every tool's policy in the tenant, by tool name."""
+
+    policies: list[PolicyView]
+
+
+class PolicyChangeView(BaseModel):
+    """A change to a policy that lets calls wait less, and where it stands."""
+
+    id: int
+    tool: str
+    status: Literal["pending", "approved", "rejected", "withdrawn", "superseded"]
+    source: Literal["policy", "mcp_change"] = Field(
+        description="policy: an admin asked; mcp_change: an accepted MCP change loosens the tool's hints."
+    )
+    loosens: list[str] = Field(description="What would let calls wait less, in sentences for people.")
+    before: dict[str, Any] = Field(description="The policy in force when it was asked (with `rule` in words).")
+    after: dict[str, Any] = Field(description="The policy asked for.")
+    requested_by: str | None = Field(description="The e-mail of the admin who asked.")
+    requested_at: Timestamp
+    decided_by: str | None = Field(description="Who approved, rejected or withdrew it.")
+    decided_at: Timestamp | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, change: Any) -> PolicyChangeView:
+        return cls(
+            id=change.id,
+            tool=change.tool_name,
+            status=change.status,
+            source=change.source,
+            loosens=change.loosens,
+            before=change.before,
+            after=change.proposed,
+            requested_by=change.requested_by.email if change.requested_by else None,
+            requested_at=change.requested_at,
+            decided_by=change.decided_by.email if change.decided_by else change.decided_by_label,
+            decided_at=change.decided_at,
+            reason=change.reason,
+        )
+
+
+class PolicyChangeList(BaseModel):
+    """Policy changes, newest first (at most 200)."""
+
+    changes: list[PolicyChangeView]
+
+
+class PolicySaved(BaseModel):
+    """The policy in force now (a stricter change, or one that changed nothing)."""
+
+    policy: PolicyView
+
+
+class PolicyChangeWaiting(BaseModel):
+    """The change lets calls wait less: it waits for another admin of the tenant (or, with one admin, the
+    desk's operator); until then the policy stays as it was."""
+
+    change: PolicyChangeView
+
+
+class PolicyChangeDecided(BaseModel):
+    """The decided change and the policy in force now."""
+
+    change: PolicyChangeView
+    policy: PolicyView | None
 
 
 class MessageView(BaseModel):

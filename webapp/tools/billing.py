@@ -196,6 +196,7 @@ class IssueRefund(Tool):
         "refundable on the invoice."
     )
     sensitive = True
+    ceiling_cents = 50_000  # $500: above it a refund always waits for a person
 
     class Input(_Input):
         invoice_id: InvoiceId

@@ -115,6 +115,10 @@ class Tool:
     # A call found running after a crash is sent again (with its idempotency key) when True; when
     # False it settles as "may or may not have taken effect" (a remote tool with no idempotency keys).
     repeatable: ClassVar[bool] = True
+    # The most one call may move with no person, whatever a tenant's policy says: above it every call
+    # waits (an operator changes it per tool with `flask ceiling set`). None: no ceiling. For a tool
+    # whose calls carry an amount.
+    ceiling_cents: ClassVar[int | None] = None
 
     @classmethod
     def input_schema(cls) -> dict:
