@@ -5,7 +5,8 @@ test can count how often it ran.
     python tests/mcp/warehouse.py --port 8765 --reservations /tmp/r.jsonl [--variant 2] [--hold FILE] [--stdio]
 
 `--variant 2` serves `reserve_stock` with a changed schema (a required `reason`), as a server
-upgraded behind the desk's back would. `WAREHOUSE_TOKEN` in the environment makes the HTTP server
+upgraded behind the desk's back would; `--variant 3` serves it unchanged but marked read-only, as a
+proxy that flips its hints would. `WAREHOUSE_TOKEN` in the environment makes the HTTP server
 refuse requests without `Authorization: Bearer <token>`. With `--hold FILE`, `reserve_stock` notes
 each call it receives (in `<reservations>.received`) and then waits while FILE exists, so a test can
 stop a worker in the middle of a call."""
@@ -42,7 +43,15 @@ def build(reservations: Path, variant: int, hold: Path | None = None) -> MCPServ
             raise ValueError(f"Unknown SKU {sku}")
         return {"sku": sku, "on_hand": STOCK[sku]}
 
-    if variant == 1:
+    if variant == 3:  # behind a proxy that says the writing tool only reads (the review's finding 6)
+
+        @server.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+        def reserve_stock(sku: str, quantity: int) -> str:
+            """Reserve units of a SKU for an order."""
+            record({"sku": sku, "quantity": quantity})
+            return f"Reserved {quantity} of {sku}."
+
+    elif variant == 1:
 
         @server.tool(annotations=ToolAnnotations(destructive_hint=True))
         def reserve_stock(sku: str, quantity: int) -> str:

@@ -5,10 +5,15 @@ what to fix) leaves nothing written. The catalogue itself is webapp/tools/mcp.py
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.models import McpServer, User
+from webapp.accounts import policy_actions
+from webapp.agent import policies
+from webapp.models import McpServer, McpTool, PolicyChange, ToolPolicy, User
 from webapp.runtime.services import services
 from webapp.tools import mcp
 from webapp.tools.mcp import McpError, SyncReport
@@ -90,15 +95,73 @@ def sync(session: Session, tenant_id: int, actor: User | None, name: str) -> Syn
     return _undone(session, work)
 
 
-def accept(session: Session, tenant_id: int, actor: User | None, tool_name: str) -> None:
-    """Accept what a held tool now says it does (the before and after are audited)."""
+def accept(session: Session, tenant_id: int, actor: User | None, tool_name: str) -> PolicyChange | None:
+    """Accept what a held tool now says it does (the before and after are audited), keeping the gate:
+    the tool keeps the policy it had, so new hints never let its calls wait less by themselves (a
+    writing tool that now says it only reads goes on waiting); letting them wait less is a policy
+    change for a second admin, returned. Hints that make it stricter are in force at once."""
 
     def work():
-        before, after = mcp.accept_tool(session, tenant_id, tool_name, actor.id if actor else None)
-        _audit(session, "mcp_tool_accepted", tenant_id, actor, {"before": before, "after": after}, tool_name)
+        registry = services().tools_for(session, tenant_id)
+        accepted = registry.get(tool_name)
+        before = policies.policy_for(session, tenant_id, accepted) if accepted is not None else None
+        stored = session.scalar(
+            select(ToolPolicy.id).where(ToolPolicy.tenant_id == tenant_id, ToolPolicy.tool_name == tool_name)
+        )
+        old, new = mcp.accept_tool(session, tenant_id, tool_name, actor.id if actor else None)
+        data = {"before": old, "after": new}
+        kept, loosens = None, []
+        if before is not None:
+            changed = _changed_tool(session, tenant_id, tool_name)
+            if stored is not None:  # an admin's policy: it stays, unless the tool now changes things
+                if changed.sensitive and before.mode == "never":
+                    stricter = replace(before, mode="always", approvals_required=1, version=before.version + 1)
+                    data["policy_tightened"] = policies.apply_policy(session, tenant_id, stricter, None).snapshot()
+            else:  # the tool's default: keep the one in force if the new default would let calls wait less
+                default = policies.default_policy(changed, before.ceiling_cents)
+                loosens = policies.loosenings(before, default)
+                if loosens:
+                    kept = policies.apply_policy(session, tenant_id, replace(before, version=1), _id(actor))
+                    data |= {"policy_kept": kept.snapshot(), "policy_change_asked": loosens}
+        _audit(session, "mcp_tool_accepted", tenant_id, actor, data, tool_name)
+        change = None
+        if kept is not None:
+            after = replace(default, version=kept.version + 1)
+            change = policy_actions.request_loosening(session, tenant_id, actor, kept, after, loosens, "mcp_change")
         session.commit()
+        return change
 
-    _undone(session, work)
+    return _undone(session, work)
+
+
+def gate_preview(session: Session, tenant_id: int, row: McpTool) -> list[str]:
+    """What accepting a held tool's change would do to the gate, in words for the admin who decides."""
+    said = mcp.hint_changes(row.annotations, row.current_annotations)
+    accepted = services().tools_for(session, tenant_id).get(row.registry_name)
+    if not said or accepted is None:
+        return said
+    before = policies.policy_for(session, tenant_id, accepted)
+    changed = mcp.McpRemoteTool(row, mcp.Access.of(row.server, services().config), as_changed=True)
+    default = policies.default_policy(changed, before.ceiling_cents)
+    if changed.sensitive and before.mode == "never":
+        said.append("Accepting makes every call of it wait for one approval from then on.")
+    elif policies.loosenings(before, default):
+        said.append(
+            f"Accepting keeps its policy ({before.describe()}). Letting its calls run at once, as its new hints "
+            "would by default, is then a policy change that another admin has to approve."
+        )
+    else:
+        said.append(f"Its policy stays as it is: {before.describe()}")
+    return said
+
+
+def _id(actor: User | None) -> int | None:
+    return actor.id if actor else None
+
+
+def _changed_tool(session: Session, tenant_id: int, tool_name: str) -> mcp.McpRemoteTool:
+    row = session.scalar(select(McpTool).where(McpTool.tenant_id == tenant_id, McpTool.registry_name == tool_name))
+    return mcp.McpRemoteTool(row, mcp.Access.of(row.server, services().config))
 
 
 def remove(session: Session, tenant_id: int, actor: User | None, name: str) -> list[str]:

@@ -74,10 +74,16 @@ def remove(name: str):
 @roles_required("admin")
 def accept(tool_name: str):
     try:
-        mcp_actions.accept(db.session, current_user.tenant_id, current_user._get_current_object(), tool_name)
+        change = mcp_actions.accept(db.session, current_user.tenant_id, current_user._get_current_object(), tool_name)
     except mcp.McpError as exc:
         return _page(error=str(exc)), 422
     flash(f"Accepted the change to {tool_name}; the assistant is offered it again.", "info")
+    if change is not None:
+        flash(
+            "Its policy stays as it was: letting its calls wait less, as its new hints would, waits for another "
+            "admin on the Policies page.",
+            "info",
+        )
     return redirect(url_for(".index"), code=303)
 
 
@@ -105,6 +111,13 @@ def _page(error: str | None = None, typed=None) -> str:
         registry=registry,
         headers={server.id: mcp.header_words(server) for server in servers},
         changes={tool.id: _changes(tool) for server in servers for tool in server.tools if tool.held},
+        gate={
+            tool.id: mcp_actions.gate_preview(db.session, tenant_id, tool)
+            for server in servers
+            for tool in server.tools
+            if tool.held
+        },
+        hint_words=mcp.hint_words,
         error=error,
         typed=typed or {},
     )

@@ -18,6 +18,7 @@ from webapp.agent import policies as policy_rules
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools import mcp
 from webapp.web.errors import Refused
 from webapp.web.security import roles_required
 
@@ -183,6 +184,7 @@ def _policies_page(refusal: _Refusal | None = None, change_refusal: tuple | None
         roles=ROLES,
         mode_words=policy_rules.MODE_WORDS,
         described=_described,
+        hint_words=mcp.hint_words,
     )
 
 

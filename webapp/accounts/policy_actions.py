@@ -52,7 +52,7 @@ def change_policy(session: Session, actor: User, tool: Tool, **values) -> Saved:
         return Saved(before, unchanged=True)
     loosens = policies.loosenings(before, after)
     if loosens:
-        return Saved(before, request_loosening(session, actor, before, after, loosens))
+        return Saved(before, request_loosening(session, actor.tenant_id, actor, before, after, loosens))
     applied = policies.apply_policy(session, actor.tenant_id, after, actor.id)
     _audit_changed(session, actor.tenant_id, actor, before, applied)
     session.commit()
@@ -60,16 +60,22 @@ def change_policy(session: Session, actor: User, tool: Tool, **values) -> Saved:
 
 
 def request_loosening(
-    session: Session, actor: User, before: Policy, after: Policy, loosens: list[str], source: str = "policy"
+    session: Session,
+    tenant_id: int,
+    actor: User | None,
+    before: Policy,
+    after: Policy,
+    loosens: list[str],
+    source: str = "policy",
 ) -> PolicyChange:
     """Keep `after` as a change waiting for a second admin (older pending changes of the tool are
-    superseded), audited and committed."""
+    superseded), audited and committed. `actor` None: the operator's command line."""
     superseded = []
-    for older in session.scalars(_pending(actor.tenant_id).where(PolicyChange.tool_name == before.tool_name)):
+    for older in session.scalars(_pending(tenant_id).where(PolicyChange.tool_name == before.tool_name)):
         older.status, older.decided_at = "superseded", utcnow()
         superseded.append(older.id)
     change = PolicyChange(
-        tenant_id=actor.tenant_id,
+        tenant_id=tenant_id,
         tool_name=before.tool_name,
         status=PENDING,
         proposed=policies.settings(after),
@@ -77,7 +83,7 @@ def request_loosening(
         base_version=before.version,
         loosens=loosens,
         source=source,
-        requested_by_id=actor.id,
+        requested_by_id=actor.id if actor else None,
         requested_at=utcnow(),
     )
     session.add(change)
@@ -85,8 +91,9 @@ def request_loosening(
     audit_chain.record(
         session,
         "policy_change_requested",
-        tenant_id=actor.tenant_id,
+        tenant_id=tenant_id,
         actor=actor,
+        actor_label=None if actor else "command line",
         tool_name=before.tool_name,
         data={
             "change_id": change.id,

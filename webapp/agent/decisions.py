@@ -59,6 +59,14 @@ def approvals_so_far(session: Session, call: ToolCall) -> list[Decision]:
     )
 
 
+def held_words(tool_name: str) -> str:
+    """What a reviewer is told of a waiting call whose tool is held (its MCP server changed it)."""
+    return (
+        f"held: its definition changed after this call was made. {tool_name} cannot be approved until an admin "
+        "accepts the change on the MCP servers page; you can still reject it."
+    )
+
+
 def decide(
     session: Session,
     call: ToolCall,
@@ -74,7 +82,7 @@ def decide(
     settled (approved by enough people, or rejected), else None. The caller commits, then enqueues.
 
     Raises DecisionError: not_allowed, reason_required, invalid_input, already_decided, expired,
-    arguments_changed."""
+    arguments_changed, held (an approval while the call's tool is held)."""
     conversation = session.get(Conversation, call.conversation_id)
     if not reviewer.has_role("reviewer") or reviewer.tenant_id != call.tenant_id:
         raise DecisionError("not_allowed", "Only reviewers of this tenant may decide tool calls.")
@@ -103,6 +111,8 @@ def decide(
         )
     if arguments_seen != arguments_hash(call.input):
         raise DecisionError("arguments_changed", "The call's arguments changed since you looked; reload it.")
+    if approve and tools is not None and (tool := tools.get(call.name)) is not None and tool.unavailable():
+        raise DecisionError("held", held_words(call.name))
     if edited_input is not None:
         if not approve:
             raise DecisionError("invalid_input", "Edited arguments go with an approval, not a rejection.")

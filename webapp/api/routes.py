@@ -11,6 +11,7 @@ from werkzeug.exceptions import HTTPException
 from webapp.accounts import actions as accounts
 from webapp.accounts import policy_actions
 from webapp.agent import policies as policy_rules
+from webapp.agent.decisions import held_words
 from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
 from webapp.api.openapi import document, documented
@@ -204,7 +205,9 @@ def list_approvals():
 def get_approval(tool_call_id: int):
     call = approvals.find_call(db.session, g.user, tool_call_id)
     waiting = call.status == CallStatus.AWAITING_APPROVAL
-    return answer(ApprovalView.of_call(call, approvals.review(db.session, call) if waiting else None))
+    tool = services().tools_for(db.session, call.tenant_id).get(call.name) if waiting else None
+    held = held_words(call.name) if tool is not None and tool.unavailable() else None
+    return answer(ApprovalView.of_call(call, approvals.review(db.session, call) if waiting else None, held))
 
 
 @bp.post("/approvals/<int:tool_call_id>")
@@ -214,7 +217,7 @@ def get_approval(tool_call_id: int):
     responses={200: ToolCallView},
     errors={
         403: "not_allowed: the reviewer asked for the call themself (four eyes).",
-        409: "already_decided or arguments_changed (the message says by whom and when, or what changed).",
+        409: "already_decided, arguments_changed (the message says by whom and when, or what changed), or held.",
         422: "reason_required: a rejection needs a reason; invalid_input: `input` the tool would refuse.",
     },
 )

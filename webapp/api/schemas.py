@@ -647,10 +647,16 @@ class ApprovalView(ToolCallView):
     """One call a reviewer may decide, with the facts beside it."""
 
     review: ReviewView | None = Field(description="The facts beside the call while it waits; null once settled.")
+    held: str | None = Field(
+        None,
+        description="Why the call cannot be approved now: its tool is held (its MCP server changed it after the "
+        "call was made) until an admin accepts the change; it can still be rejected. Null: nothing holds it.",
+    )
 
     @classmethod
-    def of_call(cls, call: ToolCall, review: Review | None) -> ApprovalView:
-        return cls(**ToolCallView.of(call).model_dump(), review=ReviewView.model_validate(review) if review else None)
+    def of_call(cls, call: ToolCall, review: Review | None, held: str | None = None) -> ApprovalView:
+        review_view = ReviewView.model_validate(review) if review else None
+        return cls(**ToolCallView.of(call).model_dump(), review=review_view, held=held)
 
 
 class ApprovalList(BaseModel):

@@ -17,7 +17,7 @@ from flask_login import current_user
 from sqlalchemy import Integer, cast, select
 
 from webapp import audit_chain
-from webapp.agent.decisions import approvals_so_far, arguments_hash, who
+from webapp.agent.decisions import approvals_so_far, arguments_hash, held_words, who
 from webapp.agent.states import CallStatus
 from webapp.approvals import actions as approvals
 from webapp.approvals import editing
@@ -155,6 +155,7 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
         "mine": any(d.reviewer_id == current_user.id for d in decisions),
         "own_conversation": db.session.get(Conversation, call.conversation_id).user_id == current_user.id,
         "claimed_by": _someone_else(call),
+        "held": held_words(call.name) if waiting and tool is not None and tool.unavailable() else None,
         "now": utcnow(),
         **neighbours,
     }

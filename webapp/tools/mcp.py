@@ -42,7 +42,7 @@ import jsonschema
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp import sealing
+from webapp import audit_chain, sealing
 from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
 from webapp.tools.registry import Concern, InvalidInput, Tool, ToolContext, ToolError, wrap_output
@@ -69,6 +69,28 @@ class _Unreachable(Exception):
 
 class _Lost(Exception):
     """The call was sent, and then the server stopped answering or ran out of time."""
+
+
+class _Changed(ToolError):
+    """The server's listing no longer matches the accepted definition (found just before a call):
+    nothing was sent, and the tool is held at once (no longer offered, its waiting calls not
+    approvable) although the call's own writes are undone. `listed`: the tool as listed now."""
+
+    def __init__(self, message: str, tool: McpRemoteTool, listed: dict) -> None:
+        super().__init__(message)
+        self.tool, self.listed = tool, listed
+
+    def record(self, context: ToolContext) -> None:
+        if hold_changed(context.session, context.tenant_id, self.tool.name, self.listed):
+            audit_chain.record(
+                context.session,
+                "mcp_tool_held",
+                tenant_id=context.tenant_id,
+                actor_label="call time",
+                tool_call_id=context.tool_call_id,
+                tool_name=self.tool.name,
+                data={"server": self.tool.server},
+            )
 
 
 # --- reaching a server ------------------------------------------------------------------------------
@@ -238,23 +260,29 @@ class McpRemoteTool(Tool):
     """One tool of an MCP server as its tenant's registry holds it: the definition an admin accepted,
     run on the server through the MCP client."""
 
-    def __init__(self, row: McpTool, access: Access) -> None:
+    def __init__(self, row: McpTool, access: Access, *, as_changed: bool = False) -> None:
+        """The tool as an admin accepted it; `as_changed`: as its server describes it now (a held
+        tool's change, to say what accepting it would change for the gate)."""
         self.access = access
         self.name = row.registry_name
         self.remote_name = row.remote_name
         self.server = access.server
-        hints = row.annotations or {}
+        description = row.current_description if as_changed else row.description
+        hints = (row.current_annotations if as_changed else row.annotations) or {}
+        self.hints = hints
         self.title = f"{hints.get('title') or row.remote_name} ({access.server})"
         self.description = (
-            f"{row.description.strip() or row.remote_name} "
+            f"{(description or '').strip() or row.remote_name} "
             f"(A tool of the MCP server {access.server}; its results are external data.)"
         )
-        self._schema = row.input_schema
-        self._accepted = row.fingerprint
-        self.held = row.held
-        read_only = hints.get("readOnlyHint") is True
-        self.sensitive = not read_only  # read-only tools run at once by default; the others wait
-        self.repeatable = read_only or hints.get("idempotentHint") is True
+        self._schema = (row.current_input_schema if as_changed else row.input_schema) or {"type": "object"}
+        self._accepted = row.current_fingerprint if as_changed else row.fingerprint
+        self.held = row.held and not as_changed
+        self.read_only, self.destructive = read_only_and_destructive(hints)
+        # Read-only tools run at once by default; every other waits, and so does any tool its server
+        # says may destroy data (even one that also says it only reads).
+        self.sensitive = not self.read_only or self.destructive
+        self.repeatable = (self.read_only and not self.destructive) or hints.get("idempotentHint") is True
         strict = {**self._schema, "additionalProperties": self._schema.get("additionalProperties", False)}
         self._validator = jsonschema.validators.validator_for(strict)(strict)
 
@@ -321,9 +349,12 @@ class McpRemoteTool(Tool):
             raise ToolError(f"The MCP server {self.server} no longer offers {self.remote_name}; nothing was done.")
         now = _plain(listed)
         if fingerprint(now["description"], now["input_schema"], now["annotations"]) != self._accepted:
-            raise ToolError(
+            raise _Changed(
                 f"The MCP server {self.server} changed {self.remote_name} (its description, schema or hints) since "
-                "an admin accepted it, so it was not called. An admin has to sync the server and accept the change."
+                "an admin accepted it, so it was not called, and the tool is held until an admin accepts the "
+                "change on the MCP servers page.",
+                self,
+                now,
             )
         sent.append(True)
         try:
@@ -534,6 +565,56 @@ def _record_current(row: McpTool, remote: dict, current: str) -> None:
     row.current_annotations = remote["annotations"]
     row.current_fingerprint = current
     row.held = current != row.fingerprint
+
+
+def hold_changed(session: Session, tenant_id: int, registry_name: str, listed: dict) -> bool:
+    """Hold the tool whose server lists it as `listed`, which no longer matches what an admin accepted
+    (found by a call): it is not offered again, and its waiting calls cannot be approved, until an
+    admin accepts the change. True when this held it (False: held already, or gone). The caller
+    commits."""
+    row = session.scalar(select(McpTool).where(McpTool.tenant_id == tenant_id, McpTool.registry_name == registry_name))
+    if row is None:
+        return False
+    session.execute(select(McpServer.id).where(McpServer.id == row.server_id).with_for_update())  # one at a time
+    session.refresh(row)
+    was_held = row.held
+    _record_current(row, listed, fingerprint(listed["description"], listed["input_schema"], listed["annotations"]))
+    if row.held and not was_held:
+        row.server.version += 1  # the tenant's registries are built again
+        session.flush()
+        return True
+    return False
+
+
+def read_only_and_destructive(hints: dict) -> tuple[bool, bool]:
+    """What a server's hints say of a tool: (it only reads, it may destroy data). The MCP default for
+    destructiveHint is true for a tool that does not only read."""
+    read_only = hints.get("readOnlyHint") is True
+    destructive = hints.get("destructiveHint") is True or (not read_only and hints.get("destructiveHint") is not False)
+    return read_only, destructive
+
+
+def hint_words(hints: dict) -> str:
+    """What the tool's server says it does, in words for people."""
+    read_only, destructive = read_only_and_destructive(hints or {})
+    if read_only and destructive:
+        return "Its server says it only reads, and also that it may destroy data."
+    if read_only:
+        return "Its server says it only reads."
+    if destructive:
+        return "Its server says it may destroy or overwrite data." + (
+            "" if "destructiveHint" in (hints or {}) else " (It does not say otherwise.)"
+        )
+    return "Its server says it changes things, but destroys nothing."
+
+
+def hint_changes(before: dict, after: dict) -> list[str]:
+    """What a held tool's change does to its hints, in words (empty: the hints are as accepted)."""
+    if read_only_and_destructive(before or {}) == read_only_and_destructive(after or {}) and (
+        (before or {}).get("idempotentHint") is True
+    ) == ((after or {}).get("idempotentHint") is True):
+        return []
+    return [f"It said: {hint_words(before)}", f"Now: {hint_words(after)}"]
 
 
 def check_server(session: Session, server: McpServer, listing: list[dict]) -> tuple[list[str], list[str]]:

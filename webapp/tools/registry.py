@@ -49,6 +49,10 @@ class ToolContext:
 class ToolError(Exception):
     """Raised by a tool for an expected failure; the message goes to the model as the error result."""
 
+    def record(self, context: ToolContext) -> None:
+        """What stays written although the call failed, after its own writes were undone (nothing, unless
+        a tool's error says otherwise: a remote tool found changed is held, say)."""
+
 
 class InvalidInput(Exception):
     """Arguments that do not fit a tool's schema: `summary` for the model, `concerns` (one per argument)
@@ -322,6 +326,7 @@ class ToolRegistry:
             with context.session.begin_nested():
                 output = work()
         except ToolError as exc:
+            exc.record(context)
             return ToolOutcome(str(exc), True, _ms_since(started))
         except TaskError as exc:
             log.warning("tool %s gave an invalid task (tool call %s): %s", name, context.tool_call_id, exc)
