@@ -220,3 +220,24 @@ def test_one_agent_across_conversations_and_customers_is_capped_per_person_and_t
         "the limit is $500.00."
     )
     assert db.session.scalar(select(PolicyChange.id)) is None  # nobody changed a policy for any of this
+
+
+def test_the_operator_decides_on_the_policy_changes_page_and_tenants_cannot_see_it(app, api):
+    tenant = get_or_create_tenant(db.session, f"solo-{uuid.uuid4().hex[:8]}")
+    solo = create_user(db.session, f"admin-{tenant.slug}@solo.test", "demo-password", ["admin"], tenant).email
+    db.session.commit()
+    change_id = api.as_(solo).put("/api/policies/send_email", json={"mode": "always", "approvals": 1, "limits": {}})
+    assert change_id.status_code == 200  # send_email already waits for one approval: nothing loosens
+    change_id = api.as_(solo).put("/api/policies/delete_account", json={"mode": "always", "approvals": 1})
+    change_id = change_id.json["change"]["id"]
+    operator = sign_in(app, "operator@desk.test")
+    page = unescape(operator.get("/ops/policy-changes").text)
+    assert f'id="change-{change_id}"' in page and "you are the second pair of eyes" in page
+    assert "Approvals needed go from 2 to 1." in page
+    unreasoned = operator.post(f"/ops/policy-changes/{change_id}", {"decision": "reject", "reason": ""})
+    assert unreasoned.status_code == 422 and "Say why you reject the change" in unescape(unreasoned.text)
+    assert operator.post(f"/ops/policy-changes/{change_id}", {"decision": "approve"}).status_code == 303
+    changed = newest_event("policy_changed")
+    assert (changed.data["approved_by"], changed.data["requested_by"]) == ("operator@desk.test", solo)
+    assert "No policy change waits for a decision." in operator.get("/ops/policy-changes").text
+    assert sign_in(app, "admin@acme.test").get("/ops/policy-changes").status_code == 403

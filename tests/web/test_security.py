@@ -75,6 +75,8 @@ EXPECTED = {
     "endpoints.create": {"operator"},
     "endpoints.edit": {"operator"},
     "endpoints.update": {"operator"},
+    "policy_changes.index": {"operator"},  # a tenant with one admin has its second pair of eyes here
+    "policy_changes.decide": {"operator"},
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}
