@@ -71,6 +71,7 @@ EXPECTED = {
     "endpoints.create": {"operator"},
     "endpoints.edit": {"operator"},
     "endpoints.update": {"operator"},
+    "endpoints.set_access": {"operator"},  # which tenants may use an endpoint: the operators' door, no admin's
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}
