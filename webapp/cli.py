@@ -294,7 +294,9 @@ def register(app: Flask) -> None:
     @click.option("--base-url", required=True, help="The server, e.g. http://127.0.0.1:11434 (Ollama).")
     @click.option("--model", required=True, help="The model to ask there, e.g. qwen3:8b.")
     @click.option("--api-key", default=None, help="Stored encrypted; local servers need none.")
-    @click.option("--api-key-env", default=None, help="Or: the environment variable that holds the key.")
+    @click.option(
+        "--api-key-env", default=None, help="Or: the environment variable that holds the key, named MODEL_KEY_..."
+    )
     @click.option(
         "--protocol",
         type=click.Choice(endpoints.PROTOCOLS),
@@ -326,6 +328,43 @@ def register(app: Flask) -> None:
             raise click.UsageError(str(exc)) from None
         click.echo(f"Added {endpoints.describe(endpoint)}")
         click.echo(endpoints.who_may_use(db.session, endpoint))
+
+    @endpoint_group.command("update")
+    @click.argument("name")
+    @click.option("--base-url", default=None, help="The server. Left out: as it is.")
+    @click.option("--model", default=None, help="The model to ask there. Left out: as it is.")
+    @click.option("--api-key", default=None, help="A new key, stored encrypted.")
+    @click.option("--api-key-env", default=None, help="Or: the variable that holds the key, named MODEL_KEY_...")
+    @click.option("--forget-key", is_flag=True, help="Drop the key (a local server that needs none).")
+    @click.option("--protocol", type=click.Choice(endpoints.PROTOCOLS), default=None, help="Left out: as it is.")
+    @click.option(
+        "--context-window",
+        type=click.IntRange(min=0),
+        default=None,
+        help="Tokens; 0: the desk's CONTEXT_WINDOW_TOKENS. Left out: as it is.",
+    )
+    def endpoint_update_command(name, base_url, model, api_key, api_key_env, forget_key, protocol, context_window):
+        """Change the endpoint NAME: only what is given changes (the key stays unless replaced or dropped)."""
+        try:
+            endpoint = endpoints.endpoint_named(db.session, name)
+            key_given = api_key or api_key_env or forget_key
+            ops_actions.change_endpoint(
+                db.session,
+                services().config,
+                endpoint,
+                actor_label="command line",
+                base_url=endpoint.base_url if base_url is None else base_url,
+                model=endpoint.model if model is None else model,
+                protocol=protocol or endpoint.protocol,
+                context_window=endpoint.context_window if context_window is None else (context_window or None),
+                api_key=api_key,
+                # (left out: the variable named now, checked again like a new one)
+                api_key_env=api_key_env if key_given else endpoint.api_key_env,
+                forget_key=forget_key,
+            )
+        except endpoints.EndpointError as exc:
+            raise click.UsageError(str(exc)) from None
+        click.echo(f"Changed {endpoints.describe(endpoint)}. Running workers use it from their next model call.")
 
     @endpoint_group.command("allow")
     @click.argument("name")

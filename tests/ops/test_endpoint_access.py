@@ -23,6 +23,8 @@ from tests.clients import sign_in
 from tests.conftest import ROOT
 from tests.integration.test_workers import start, wait_status
 from tests.model_server import ModelServer
+from webapp.llm import endpoints
+from webapp.llm.client import ModelError
 from webapp.models import AuditEvent, EndpointGrant, ModelEndpoint, Tenant
 
 ADMIN, OPERATOR = "admin@acme.test", "operator@desk.test"
@@ -271,6 +273,83 @@ def test_a_tenant_left_pointing_at_an_endpoint_it_may_not_use_is_served_by_the_d
         ours = start(api, "Look up ada@example.com")
         assert wait_status(api, ours, "completed", "failed")["status"] == "completed"
         assert theirs.requests == [] and theirs.counted == [] and model.requests
+
+
+# --- keys come only from MODEL_KEY_ variables ----------------------------------------------------
+
+
+@pytest.mark.parametrize("variable", ["HOME", "ANTHROPIC_API_KEY", "DATABASE_URL", "MODEL_KEY_"])
+def test_a_key_variable_not_named_model_key_is_refused_by_the_command_line_and_the_page(app, cli, read, variable):
+    says = f"'{variable}' cannot hold an endpoint's key: the desk reads keys only from variables named MODEL_KEY_..."
+    added = cli("endpoint", "add", "q", "--base-url", "http://h:1", "--model", "m", "--api-key-env", variable)
+    assert added.exit_code == 2 and says in added.output
+    page = sign_in(app, OPERATOR).post("/ops/endpoints", {**GOOD, "api_key_env": variable})
+    assert (
+        page.status_code == 422 and says in unescape(page.text) and 'aria-describedby="api_key_env-error"' in page.text
+    )
+    assert read(lambda s: s.scalar(select(func.count()).select_from(ModelEndpoint))) == 0
+
+    add(cli, "big", "acme")
+    changed = cli("endpoint", "update", "big", "--api-key-env", variable)
+    assert changed.exit_code == 2 and says in changed.output
+    assert read(lambda s: s.scalar(select(ModelEndpoint.api_key_env))) is None
+
+
+@pytest.mark.slow
+def test_an_endpoint_stored_with_another_variable_is_never_read_from_it(app, api, cli, engine, read, workers):
+    """An endpoint registered before this rule, its key from $HOME: the worker fails the run with the
+    sentence that says how to set the key again, before the endpoint's server hears anything."""
+    with ModelServer() as local:
+        add(cli, "old", "acme", base_url=local.url)
+        with engine.begin() as connection:
+            connection.execute(text("UPDATE model_endpoints SET api_key_encrypted = NULL, api_key_env = 'HOME'"))
+        assert cli("tenant", "set-model", "acme", "--endpoint", "old").exit_code == 0
+        listing = cli("endpoint", "list").output
+        assert "old: old-model at http" in listing and "key from $HOME, never read" in listing
+        page = sign_in(app, OPERATOR).get("/ops/endpoints/old").text
+        assert "The key of endpoint old is set to come from $HOME" in page and 'id="key-problem"' in page
+
+        workers()
+        ours = start(api, "Look up ada@example.com")
+        failed = wait_status(api, ours, "completed", "failed")
+        assert failed["status"] == "failed" and local.requests == [] and local.counted == []
+        assert failed["error"]["code"] == "endpoint_unusable"
+        assert "the desk reads keys only from variables named MODEL_KEY_..." in failed["error"]["message"]
+        assert "flask endpoint update old --api-key-env MODEL_KEY_..." in failed["error"]["message"]
+
+        fixed = cli("endpoint", "update", "old", "--api-key-env", "MODEL_KEY_OLD")
+        assert fixed.exit_code == 0 and "key from $MODEL_KEY_OLD" in fixed.output
+        endpoint = read(lambda s: s.scalar(select(ModelEndpoint)))
+        assert endpoints.key_problem(endpoint) is None
+
+
+def test_reading_the_key_of_an_endpoint_stored_with_another_variable_refuses(app, monkeypatch):
+    endpoint = ModelEndpoint(name="old", base_url="http://h:1", model="m", api_key_env="HOME")
+    monkeypatch.setenv("HOME", "the-host-home")
+    refused = r"sets it again with `flask endpoint update old --api-key-env MODEL_KEY_"
+    with pytest.raises(endpoints.EndpointError, match=refused):
+        endpoints._api_key(endpoint, app.extensions["desk"].config)
+    monkeypatch.setenv("MODEL_KEY_OLD", "sk-from-the-right-variable")
+    endpoint.api_key_env = "MODEL_KEY_OLD"
+    assert endpoints._api_key(endpoint, app.extensions["desk"].config) == "sk-from-the-right-variable"
+
+
+def test_an_endpoint_whose_stored_key_cannot_be_read_fails_each_call_for_good_in_words(app, cli, engine):
+    """The same door for a key sealed under another SECRET_KEY: the run fails with what to do, rather
+    than the job failing on every retry."""
+    from webapp.runtime.extensions import db
+
+    add(cli, "sealed", "acme")
+    assert cli("tenant", "set-model", "acme", "--endpoint", "sealed").exit_code == 0
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE model_endpoints SET api_key_encrypted = 'sealed-under-another-key'"))
+    acme = db.session.scalar(select(Tenant.id).where(Tenant.slug == "acme"))
+    choice = endpoints.choice_for(db.session, app.extensions["desk"].config, acme)
+    with pytest.raises(ModelError) as failed:
+        choice.client.generate(system=[], messages=[{"role": "user", "content": "hi"}])
+    assert (failed.value.code, failed.value.transient) == ("endpoint_unusable", False)
+    assert "SECRET_KEY changed since it was stored" in failed.value.message and choice.client.endpoint == "sealed"
+    db.session.remove()
 
 
 # --- the migration --------------------------------------------------------------------------------

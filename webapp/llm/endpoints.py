@@ -5,7 +5,9 @@ webapp/llm/react.py). An operator may register other Anthropic-compatible endpoi
 or llama.cpp server, another account) and serve a tenant from one of them (`flask endpoint add`,
 `flask tenant set-model`). A tenant may use only the endpoints an operator allowed for it
 (`endpoint_tenants`, `flask endpoint allow`): its admins choose among those, and a choice of any
-other endpoint is never served (`choice_for` checks the grant again at use)."""
+other endpoint is never served (`choice_for` checks the grant again at use). A key read from the
+environment comes only from a variable named MODEL_KEY_...: the server's other variables are the
+host's, never an endpoint's key."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from webapp import sealing
 from webapp.config import Config
-from webapp.llm.client import ModelClient
+from webapp.llm.client import ModelClient, ModelError, ModelReply
 from webapp.llm.react import ReactClient
 from webapp.models import OPERATIONS_SLUG, EndpointGrant, ModelEndpoint, Tenant, utcnow
 
@@ -81,7 +83,10 @@ def model_client(config: Config, transport: httpx2.BaseTransport | None = None) 
 
 PROTOCOLS = ("tools", "react")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,119}$")
+KEY_ENV_PREFIX = "MODEL_KEY_"
+# Only variables meant for an endpoint's key: naming HOME or DATABASE_URL would hand the host's
+# environment to whoever the endpoint's server is.
+_KEY_ENV_NAME = re.compile(r"^MODEL_KEY_[A-Za-z0-9_]{1,110}$")
 MAX_CONTEXT_WINDOW = 10_000_000
 CHOICE_SECONDS = 30.0  # how long a process keeps a tenant's endpoint before reading it again
 
@@ -201,8 +206,12 @@ def _apply(
         raise EndpointError("Give the key or the environment variable that holds it, not both.", "api_key")
     if api_key and forget_key:
         raise EndpointError("Give a new key or drop the key, not both.", "api_key")
-    if api_key_env and not _ENV_NAME.match(api_key_env):
-        raise EndpointError(f"{api_key_env!r} is not an environment variable name, e.g. QWEN_API_KEY", "api_key_env")
+    if api_key_env and not _KEY_ENV_NAME.match(api_key_env):
+        raise EndpointError(
+            f"{api_key_env!r} cannot hold an endpoint's key: the desk reads keys only from variables named "
+            f"{KEY_ENV_PREFIX}..., e.g. {KEY_ENV_PREFIX}QWEN. Put the key in one and name it here.",
+            "api_key_env",
+        )
     if context_window is not None and context_window < 2 * config.max_tokens:
         raise EndpointError(
             f"A context window of {context_window:,} tokens leaves no room: it must be at least twice "
@@ -246,9 +255,24 @@ def snapshot(endpoint: ModelEndpoint) -> dict:
 def key_source(endpoint: ModelEndpoint) -> str:
     if endpoint.api_key_encrypted:
         return "key stored encrypted"
+    if endpoint.api_key_env and key_problem(endpoint):
+        return f"key from ${endpoint.api_key_env}, never read (not a {KEY_ENV_PREFIX} variable): set the key again"
     if endpoint.api_key_env:
         return f"key from ${endpoint.api_key_env}"
     return "no key"
+
+
+def key_problem(endpoint: ModelEndpoint) -> str | None:
+    """Why the endpoint's key cannot be read, in words for operators (None: it can). An endpoint
+    registered before keys had to come from MODEL_KEY_ variables may name any variable: it is never
+    read, and every call of the endpoint fails with this sentence until the key is set again."""
+    if endpoint.api_key_env and not endpoint.api_key_encrypted and not _KEY_ENV_NAME.match(endpoint.api_key_env):
+        return (
+            f"The key of endpoint {endpoint.name} is set to come from ${endpoint.api_key_env}, and the desk reads "
+            f"keys only from variables named {KEY_ENV_PREFIX}...: an operator sets it again with `flask endpoint "
+            f"update {endpoint.name} --api-key-env {KEY_ENV_PREFIX}...` (or on the endpoint's page)."
+        )
+    return None
 
 
 def set_tenant_endpoint(
@@ -500,7 +524,7 @@ def choice_for(
         with _choices_lock:
             _choices[tenant_id] = kept = (now, *(row or (None, None)))
     _, large_id, small_id = kept
-    small = _client(session, config, small_id)
+    small = _served(session, config, small_id)
     if small is None:  # no routing (or the small endpoint is gone): the tenant's endpoint serves
         return Choice(*_large(session, config, large_id))
     if route == "small":
@@ -519,8 +543,37 @@ def _if_allowed(endpoint_id_column):
     return case((granted, endpoint_id_column), else_=None)
 
 
+class UnusableEndpointClient(ModelClient):
+    """Stands in for an endpoint the desk cannot call as registered (its key cannot be read): every
+    call fails for good with the sentence that says what an operator must set again, so the run fails
+    in words on its page instead of the job crashing on every retry."""
+
+    def __init__(self, problem: str, endpoint: ModelEndpoint, max_tokens: int) -> None:
+        super().__init__(None, endpoint.model, max_tokens, endpoint=endpoint.name)  # type: ignore[arg-type]
+        self.problem = problem
+
+    def count_tokens(self, request: dict) -> int | None:
+        return None
+
+    def generate(self, **request: Any) -> ModelReply:
+        raise ModelError("endpoint_unusable", self.problem, transient=False)
+
+    def ask(self, system: str, text: str, max_tokens: int) -> ModelReply:
+        raise ModelError("endpoint_unusable", self.problem, transient=False)
+
+
+def _served(session: Session, config: Config, endpoint_id: int | None) -> Choice | None:
+    """The endpoint's client (None: no endpoint), or, when its key cannot be read, one that fails in words."""
+    try:
+        return _client(session, config, endpoint_id)
+    except EndpointError as exc:
+        endpoint = session.get(ModelEndpoint, endpoint_id)
+        window = endpoint.context_window or config.context_window_tokens
+        return Choice(UnusableEndpointClient(str(exc), endpoint, config.max_tokens), window)
+
+
 def _large(session: Session, config: Config, endpoint_id: int | None) -> tuple[ModelClient, int]:
-    chosen = _client(session, config, endpoint_id)
+    chosen = _served(session, config, endpoint_id)
     if chosen is None:  # the configured default (or the endpoint is gone: the default until it is set again)
         return model_client(config), config.context_window_tokens
     return chosen.client, chosen.context_window
@@ -557,6 +610,8 @@ def _api_key(endpoint: ModelEndpoint, config: Config) -> str:
                 "Register the endpoint again with its key."
             ) from None
     if endpoint.api_key_env:
+        if problem := key_problem(endpoint):  # (registered before keys came only from MODEL_KEY_ variables)
+            raise EndpointError(problem, "api_key_env")
         return os.environ.get(endpoint.api_key_env, "")
     return "none"  # local servers ignore the key, but the SDK wants one
 

@@ -1,5 +1,5 @@
 """What operators do with the fleet's model endpoints, shared by the endpoints page and the command
-line (`flask endpoint add|allow|disallow`): register one, change one, choose which tenants
+line (`flask endpoint add|update|allow|disallow`): register one, change one, choose which tenants
 may use it. The checks and their messages are webapp/llm/endpoints.py's; each change is audited on
 the global chain (endpoints are no tenant's), a tenant's model changed by a withdrawal also on that
 tenant's chain, and committed, or rolled back whole with the EndpointError that says what to fix."""

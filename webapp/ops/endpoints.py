@@ -2,10 +2,10 @@
 (fleet-wide records, no tenant's), with a form to register one and one to change each. The same
 checks and messages as `flask endpoint add` (webapp/llm/endpoints.py, through ops/actions.py). A key
 is write-only: it is stored encrypted and never shown back, not even after a refused form; the page
-says only where it comes from ("key stored encrypted", "key from $ENV", "no key"). Which tenants may
-use an endpoint is ticked when it is registered and on its page (the same checks and words as
-`flask endpoint allow|disallow`); a tenant's admins choose among the endpoints their tenant may use,
-on their assistant page."""
+says only where it comes from ("key stored encrypted", "key from $MODEL_KEY_...", "no key"), and flags a
+variable the desk will not read. Which tenants may use an endpoint is ticked when it is registered
+and on its page (the same checks and words as `flask endpoint allow|disallow`); a tenant's admins
+choose among the endpoints their tenant may use, on their assistant page."""
 
 from __future__ import annotations
 
@@ -160,6 +160,7 @@ def _list_page(typed: dict | None = None, errors: dict | None = None) -> str:
         may_use=endpoints.allowed_tenants(db.session),
         tenants=_tenants(),
         key_source=endpoints.key_source,
+        key_problem=endpoints.key_problem,
         default_model=services().config.model,
         protocols=endpoints.PROTOCOLS,
         typed=typed or {"protocol": "tools"},
@@ -188,6 +189,7 @@ def _edit_page(
         "ops/endpoint.html",
         endpoint=endpoint,
         key=endpoints.key_source(endpoint),
+        key_problem=endpoints.key_problem(endpoint),
         tenants=tenants,
         ticked=set(may_use if access_typed is None else access_typed),
         serving={t.slug for t in tenants if t.endpoint_id == endpoint.id},
