@@ -190,6 +190,7 @@ def clean(engine, base_env):
 
     with engine.begin() as connection:
         connection.execute(text("UPDATE tenants SET endpoint_id = NULL, small_endpoint_id = NULL"))  # endpoints go
+        connection.execute(text("DELETE FROM endpoint_tenants"))
         connection.execute(text("DELETE FROM model_endpoints"))
         if engine.dialect.name == "postgresql":
             connection.execute(text(f"TRUNCATE {', '.join(RUNTIME_TABLES)} RESTART IDENTITY CASCADE"))

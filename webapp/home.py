@@ -28,6 +28,7 @@ from webapp.models import (
     AssistantSettings,
     AuditEvent,
     Conversation,
+    EndpointGrant,
     McpTool,
     ModelEndpoint,
     Tenant,
@@ -126,8 +127,11 @@ def checklist(user: User) -> list[Check]:
             (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > now),
         )
     )
-    endpoint = db.session.scalar(
-        select(ModelEndpoint).join(Tenant, Tenant.endpoint_id == ModelEndpoint.id).where(Tenant.id == tenant)
+    endpoint = db.session.scalar(  # only while the tenant may use it: a withdrawn one serves no more
+        select(ModelEndpoint)
+        .join(Tenant, Tenant.endpoint_id == ModelEndpoint.id)
+        .join(EndpointGrant, (EndpointGrant.endpoint_id == ModelEndpoint.id) & (EndpointGrant.tenant_id == Tenant.id))
+        .where(Tenant.id == tenant)
     )
     settings = db.session.scalar(select(func.count(AssistantSettings.id)).where(AssistantSettings.tenant_id == tenant))
     failed = db.session.scalar(

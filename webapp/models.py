@@ -88,6 +88,18 @@ class ModelEndpoint(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class EndpointGrant(Base):
+    """A tenant that may use a model endpoint: an operator allowed it (`flask endpoint allow`, the
+    endpoint's page, or `flask tenant set-model`). Only then may the tenant's admins choose it, and
+    only then does it serve the tenant; no row, no use (the operator's key is never a tenant's to take)."""
+
+    __tablename__ = "endpoint_tenants"
+
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("model_endpoints.id"), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), primary_key=True, index=True)
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class Tenant(Base):
     __tablename__ = "tenants"
 

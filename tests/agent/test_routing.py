@@ -40,7 +40,7 @@ def desk(session, model, small, tmp_path: Path) -> Services:
     config = Config.from_env({"SECRET_KEY": "routing-test", "MODEL_MAX_RETRIES": "0", "INSTANCE_PATH": str(tmp_path)})
     endpoints.add_endpoint(session, config, "big", base_url=model.url, model=BIG, api_key="k1")
     endpoints.add_endpoint(session, config, "mini", base_url=small.url, model=MINI)
-    endpoints.set_tenant_endpoint(session, "acme", "big", "mini")
+    endpoints.set_tenant_endpoint(session, "acme", "big", "mini", allow=True)  # (as an operator does)
     session.commit()
     return Services(config, None, demo_registry())
 
@@ -172,7 +172,7 @@ def test_the_demo_model_classifies_by_length_and_words():
 
 @pytest.mark.parametrize(
     ("small_name", "says"),
-    [("nope", "There is no endpoint 'nope' (registered: big, mini)"), ("big", "is the endpoint itself")],
+    [("nope", "Acme Corp may not use an endpoint named 'nope'"), ("big", "is the endpoint itself")],
 )
 def test_a_small_endpoint_must_exist_and_differ_from_the_endpoint(session, desk, small_name, says):
     with pytest.raises(endpoints.EndpointError, match=r".*") as refused:

@@ -88,7 +88,7 @@ def wait_status_of(api, email: str, conversation_id: int) -> str:
         (["q", "--base-url", "ftp://h", "--model", "m"], "is not a base URL"),
         (["q", "--base-url", "http://h:1", "--model", " "], "Name the model"),
         (["q", "--base-url", "http://h:1", "--model", "m", "--api-key", "k", "--api-key-env", "K"], "not both"),
-        (["q", "--base-url", "http://h:1", "--model", "m", "--api-key-env", "1BAD"], "not an environment variable"),
+        (["q", "--base-url", "http://h:1", "--model", "m", "--api-key-env", "1BAD"], "cannot hold an endpoint's key"),
         (["q", "--base-url", "http://h:1", "--model", "m", "--context-window", "1000"], "leaves no room"),
         (["q", "--base-url", "http://h:1", "--model", "m", "--protocol", "json"], "'json' is not one of"),
     ],

@@ -70,7 +70,7 @@ def test_an_operator_registers_an_endpoint_whose_key_is_never_shown_back(app, op
         ({"base_url": "ftp://models"}, "base_url", "'ftp://models' is not a base URL"),
         ({"name": "Local Qwen!"}, "name", "is not an endpoint name"),
         ({"model": " "}, "model", "Name the model to ask at this endpoint"),
-        ({"api_key_env": "QWEN_KEY"}, "api_key", "not both"),
+        ({"api_key_env": "MODEL_KEY_QWEN"}, "api_key", "not both"),
         ({"context_window": "lots"}, "context_window", "'lots' is not a number of tokens"),
         ({"context_window": "1000"}, "context_window", "leaves no room"),
         ({"protocol": "json"}, "protocol", "The protocol must be one of tools, react, not 'json'."),
@@ -122,8 +122,8 @@ def test_an_operator_changes_an_endpoint_and_its_key_stays_unless_replaced_or_dr
     assert bad.status_code == 422 and "is not a base URL" in unescape(bad.text) and "sk-new" not in bad.text
     assert 'value="127.0.0.1"' in bad.text and "type it again" in bad.text
 
-    operator.post("/ops/endpoints/local-qwen", {**fields, "model": "qwen3:14b", "api_key_env": "QWEN_KEY"})
-    assert "key from $QWEN_KEY" in operator.get("/ops/endpoints").text
+    operator.post("/ops/endpoints/local-qwen", {**fields, "model": "qwen3:14b", "api_key_env": "MODEL_KEY_QWEN"})
+    assert "key from $MODEL_KEY_QWEN" in operator.get("/ops/endpoints").text
     operator.post("/ops/endpoints/local-qwen", {**fields, "model": "qwen3:14b", "forget_key": "on"})
     endpoint = read(lambda s: s.scalar(select(ModelEndpoint)))
     assert endpoint.api_key_encrypted is None and endpoint.api_key_env is None

@@ -77,6 +77,7 @@ EXPECTED = {
     "endpoints.update": {"operator"},
     "policy_changes.index": {"operator"},  # a tenant with one admin has its second pair of eyes here
     "policy_changes.decide": {"operator"},
+    "endpoints.set_access": {"operator"},  # which tenants may use an endpoint: the operators' door, no admin's
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}

@@ -5,6 +5,7 @@ do it, audits, and commits."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from sqlalchemy import update
@@ -16,6 +17,7 @@ from webapp.config import Config
 from webapp.conversations import actions as conversation_actions
 from webapp.llm import endpoints
 from webapp.models import MAX_ROW_ID, ApiToken, NotificationChannel, NotificationDelivery, Tenant, User, utcnow
+from webapp.ops import actions as ops_actions
 from webapp.web.errors import Refused
 from webapp.web.security import unlock_account
 
@@ -209,18 +211,43 @@ def set_tenant_models(
     endpoint_name: str | None,
     small_endpoint_name: str | None | object = endpoints.KEEP,
     *,
+    allow: bool = False,
     actor: User | None = None,
     actor_label: str | None = None,
-) -> tuple[Tenant, str, str | None]:
+) -> TenantModels:
     """Serve the tenant from an endpoint (None: the desk's default model), with a small endpoint that
-    routes simple questions to itself (None: no routing; endpoints.KEEP: as it is). Audited and
-    committed; an EndpointError (nothing changed) says what to fix. Returns the tenant and the names
-    of its endpoint and small endpoint."""
+    routes simple questions to itself (None: no routing; endpoints.KEEP: as it is). A tenant's admin
+    may name only endpoints their tenant may use: any other is refused (EndpointNotAllowed) and the
+    refused attempt audited on the tenant's chain in a transaction of its own. `allow` is for
+    operators: an endpoint named is allowed for the tenant if it was not (audited as such). Audited
+    and committed; an EndpointError (nothing changed) says what to fix."""
     try:
-        tenant = endpoints.set_tenant_endpoint(session, tenant_slug, endpoint_name, small_endpoint_name)
+        tenant, allowed = endpoints.set_tenant_endpoint(
+            session, tenant_slug, endpoint_name, small_endpoint_name, allow=allow
+        )
+    except endpoints.EndpointNotAllowed as refused:
+        session.rollback()  # nothing of the attempt stays; only its record
+        audit_chain.record(
+            session,
+            "tenant_model_refused",
+            tenant_id=refused.tenant_id,
+            actor=actor,
+            actor_label=actor_label,
+            outcome="refused",
+            data={
+                "endpoint": _as_typed(endpoint_name) or "default",
+                "small_endpoint": None if small_endpoint_name is endpoints.KEEP else _as_typed(small_endpoint_name),
+                "refused": str(refused),
+            },
+        )
+        session.commit()
+        raise
     except endpoints.EndpointError:
         session.rollback()
         raise
+    for endpoint in allowed:
+        change = endpoints.AccessChange(endpoint, allowed=[tenant.slug])
+        ops_actions.record_access_change(session, change, actor=actor, actor_label=actor_label)
     name, small_name = endpoints.endpoint_names(session, tenant)
     audit_chain.record(
         session,
@@ -231,4 +258,19 @@ def set_tenant_models(
         data={"endpoint": name, "small_endpoint": small_name},
     )
     session.commit()
-    return tenant, name, small_name
+    return TenantModels(tenant, name, small_name, [endpoint.name for endpoint in allowed])
+
+
+class TenantModels(NamedTuple):
+    """A tenant's models after a change: its endpoint's name ("default": the configured model), its
+    small endpoint's (None: no routing), and the endpoints the change allowed for it."""
+
+    tenant: Tenant
+    endpoint: str
+    small_endpoint: str | None
+    allowed: list[str]
+
+
+def _as_typed(name: object) -> str | None:
+    """A name as a person gave it, cut to what the audit log keeps of it."""
+    return None if name is None else str(name)[:120]

@@ -1,20 +1,19 @@
-"""The assistant admin page: which model serves the tenant (an endpoint an operator registered, or
-the desk's default) and the small endpoint that routes simple questions to itself; how the assistant
+"""The assistant admin page: which model serves the tenant (an endpoint an operator allowed for the
+tenant, or the desk's default) and the small endpoint that routes simple questions to itself; how the assistant
 writes (its register), extra rules for its system prompt, one tool call per reply, and the routing
 rules that make a question complex before the small model is asked. Every save of the settings makes
-a new version; every change is audited."""
+a new version; every change is audited. The page lists only the endpoints the tenant may use; a form
+naming any other is refused (403), and the attempt audited."""
 
 from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user
-from sqlalchemy import select
 
 from webapp import audit_chain
 from webapp.accounts import actions
 from webapp.agent import assistant_settings
 from webapp.llm import endpoints
-from webapp.models import ModelEndpoint
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.security import roles_required
@@ -74,7 +73,7 @@ def set_model():
     try:
         if unknown:
             raise endpoints.EndpointError(f"This form has no field {', '.join(unknown)}; reload the page.")
-        _, name, small_name = actions.set_tenant_models(
+        chosen_now = actions.set_tenant_models(
             db.session,
             admin.tenant.slug,
             None if chosen["endpoint"] == DEFAULT else chosen["endpoint"],
@@ -83,10 +82,12 @@ def set_model():
         )
     except endpoints.EndpointError as exc:
         db.session.rollback()
-        return _page(chosen=chosen, model_errors={exc.field: str(exc)}), 422
-    routing = f"; simple questions go to {small_name}" if small_name else ""
+        status = 403 if isinstance(exc, endpoints.EndpointNotAllowed) else 422
+        return _page(chosen=chosen, model_errors={exc.field: str(exc)}), status
+    routing = f"; simple questions go to {chosen_now.small_endpoint}" if chosen_now.small_endpoint else ""
     flash(
-        f"The assistant is now served by {name}{routing}. New runs follow within {endpoints.CHOICE_SECONDS:g} seconds.",
+        f"The assistant is now served by {chosen_now.endpoint}{routing}. New runs follow within "
+        f"{endpoints.CHOICE_SECONDS:g} seconds.",
         "info",
     )
     return redirect(url_for(".index"), code=303)
@@ -104,7 +105,8 @@ def _page(
         "complex_words": (now.complex_words or "") if now else "",
         "complex_length": (now.complex_length or "") if now else "",
     }
-    registered = list(db.session.scalars(select(ModelEndpoint).order_by(ModelEndpoint.name)))
+    registered = endpoints.usable_endpoints(db.session, tenant.id)
+    # (an endpoint withdrawn since it was chosen serves no more: the page says the default serves, as it does)
     by_id = {endpoint.id: endpoint for endpoint in registered}
     endpoint, small = by_id.get(tenant.endpoint_id), by_id.get(tenant.small_endpoint_id)
     chosen = chosen or {

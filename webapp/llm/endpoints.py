@@ -3,7 +3,11 @@ the anthropic SDK pointed at the API (or at ANTHROPIC_BASE_URL), or at the offli
 without a key; native tool use, or the text protocol for models without it (MODEL_PROTOCOL=react,
 webapp/llm/react.py). An operator may register other Anthropic-compatible endpoints (a local Ollama
 or llama.cpp server, another account) and serve a tenant from one of them (`flask endpoint add`,
-`flask tenant set-model`)."""
+`flask tenant set-model`). A tenant may use only the endpoints an operator allowed for it
+(`endpoint_tenants`, `flask endpoint allow`): its admins choose among those, and a choice of any
+other endpoint is never served (`choice_for` checks the grant again at use). A key read from the
+environment comes only from a variable named MODEL_KEY_...: the server's other variables are the
+host's, never an endpoint's key."""
 
 from __future__ import annotations
 
@@ -11,21 +15,21 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import anthropic
 import httpx2
 from cryptography.fernet import Fernet, InvalidToken
-from sqlalchemy import select
+from sqlalchemy import case, exists, select
 from sqlalchemy.orm import Session
 
 from webapp import sealing
 from webapp.config import Config
-from webapp.llm.client import ModelClient
+from webapp.llm.client import ModelClient, ModelError, ModelReply
 from webapp.llm.react import ReactClient
-from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant, utcnow
+from webapp.models import OPERATIONS_SLUG, EndpointGrant, ModelEndpoint, Tenant, utcnow
 
 _clients: dict[tuple, ModelClient] = {}
 
@@ -79,7 +83,10 @@ def model_client(config: Config, transport: httpx2.BaseTransport | None = None) 
 
 PROTOCOLS = ("tools", "react")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,119}$")
+KEY_ENV_PREFIX = "MODEL_KEY_"
+# Only variables meant for an endpoint's key: naming HOME or DATABASE_URL would hand the host's
+# environment to whoever the endpoint's server is.
+_KEY_ENV_NAME = re.compile(r"^MODEL_KEY_[A-Za-z0-9_]{1,110}$")
 MAX_CONTEXT_WINDOW = 10_000_000
 CHOICE_SECONDS = 30.0  # how long a process keeps a tenant's endpoint before reading it again
 
@@ -91,6 +98,15 @@ class EndpointError(ValueError):
     def __init__(self, message: str, field: str = "") -> None:
         super().__init__(message)
         self.field = field
+
+
+class EndpointNotAllowed(EndpointError):
+    """A tenant's choice of an endpoint it may not use (or that does not exist: the two read the same,
+    so a tenant learns nothing of other tenants' endpoints). The attempt is audited on `tenant_id`'s chain."""
+
+    def __init__(self, message: str, field: str, tenant_id: int) -> None:
+        super().__init__(message, field)
+        self.tenant_id = tenant_id
 
 
 KEEP = object()  # set_tenant_endpoint's small endpoint: leave it as it is
@@ -190,8 +206,12 @@ def _apply(
         raise EndpointError("Give the key or the environment variable that holds it, not both.", "api_key")
     if api_key and forget_key:
         raise EndpointError("Give a new key or drop the key, not both.", "api_key")
-    if api_key_env and not _ENV_NAME.match(api_key_env):
-        raise EndpointError(f"{api_key_env!r} is not an environment variable name, e.g. QWEN_API_KEY", "api_key_env")
+    if api_key_env and not _KEY_ENV_NAME.match(api_key_env):
+        raise EndpointError(
+            f"{api_key_env!r} cannot hold an endpoint's key: the desk reads keys only from variables named "
+            f"{KEY_ENV_PREFIX}..., e.g. {KEY_ENV_PREFIX}QWEN. Put the key in one and name it here.",
+            "api_key_env",
+        )
     if context_window is not None and context_window < 2 * config.max_tokens:
         raise EndpointError(
             f"A context window of {context_window:,} tokens leaves no room: it must be at least twice "
@@ -235,43 +255,237 @@ def snapshot(endpoint: ModelEndpoint) -> dict:
 def key_source(endpoint: ModelEndpoint) -> str:
     if endpoint.api_key_encrypted:
         return "key stored encrypted"
+    if endpoint.api_key_env and key_problem(endpoint):
+        return f"key from ${endpoint.api_key_env}, never read (not a {KEY_ENV_PREFIX} variable): set the key again"
     if endpoint.api_key_env:
         return f"key from ${endpoint.api_key_env}"
     return "no key"
 
 
+def key_problem(endpoint: ModelEndpoint) -> str | None:
+    """Why the endpoint's key cannot be read, in words for operators (None: it can). An endpoint
+    registered before keys had to come from MODEL_KEY_ variables may name any variable: it is never
+    read, and every call of the endpoint fails with this sentence until the key is set again."""
+    if endpoint.api_key_env and not endpoint.api_key_encrypted and not _KEY_ENV_NAME.match(endpoint.api_key_env):
+        return (
+            f"The key of endpoint {endpoint.name} is set to come from ${endpoint.api_key_env}, and the desk reads "
+            f"keys only from variables named {KEY_ENV_PREFIX}...: an operator sets it again with `flask endpoint "
+            f"update {endpoint.name} --api-key-env {KEY_ENV_PREFIX}...` (or on the endpoint's page)."
+        )
+    return None
+
+
 def set_tenant_endpoint(
-    session: Session, tenant_slug: str, endpoint_name: str | None, small_endpoint_name: str | None | object = KEEP
-) -> Tenant:
+    session: Session,
+    tenant_slug: str,
+    endpoint_name: str | None,
+    small_endpoint_name: str | None | object = KEEP,
+    *,
+    allow: bool = False,
+) -> tuple[Tenant, list[ModelEndpoint]]:
     """Serve the tenant's conversations from the named endpoint (None: the configured default model),
     and route each new question through the small endpoint's classification (None: no routing; KEEP:
-    as it is). Running processes follow within CHOICE_SECONDS. The caller commits."""
-    tenant = session.scalar(select(Tenant).where(Tenant.slug == tenant_slug.strip().lower()))
-    if tenant is None or tenant.slug == OPERATIONS_SLUG:  # operators hold no conversation, so talk to no model
-        raise EndpointError(f"There is no tenant {tenant_slug!r}.")
-    large = _named(session, endpoint_name, "endpoint") if endpoint_name is not None else None
+    as it is). Each endpoint named must be one the tenant may use (EndpointNotAllowed otherwise);
+    `allow` (the operator's own choice) allows it for the tenant instead. Returns the tenant and the
+    endpoints this call allowed for it. Running processes follow within CHOICE_SECONDS. The
+    caller commits."""
+    tenant = tenant_named(session, tenant_slug)
+    allowed_now: list[ModelEndpoint] = []
+
+    def usable(name: object, field: str) -> ModelEndpoint:
+        endpoint = session.scalar(select(ModelEndpoint).where(ModelEndpoint.name == str(name).strip().lower()))
+        if allow:
+            endpoint = endpoint or endpoint_named(session, name, field)  # (an operator sees every registered name)
+            if allow_tenants(session, endpoint, [tenant]):
+                allowed_now.append(endpoint)
+        elif endpoint is None or not may_use(session, tenant.id, endpoint.id):
+            raise EndpointNotAllowed(
+                f"{tenant.name} may not use an endpoint named {str(name)[:64]!r}: choose one from the list, or ask "
+                "an operator to allow another.",
+                field,
+                tenant.id,
+            )
+        return endpoint
+
+    large = usable(endpoint_name, "endpoint") if endpoint_name is not None else None
     small_id = tenant.small_endpoint_id
     if small_endpoint_name is not KEEP:
-        small = _named(session, small_endpoint_name, "small_endpoint") if small_endpoint_name is not None else None
+        small = usable(small_endpoint_name, "small_endpoint") if small_endpoint_name is not None else None
         small_id = small.id if small else None
     if small_id is not None and small_id == (large.id if large else None):
         raise EndpointError(
             "The small endpoint is the endpoint itself: choose a smaller, cheaper one, or no small endpoint.",
             "small_endpoint",
         )
-    with _choices_lock:
-        _choices.pop(tenant.id, None)  # this process follows at once; the others within CHOICE_SECONDS
+    _forget_choice(tenant.id)
     tenant.endpoint_id = large.id if large else None
     tenant.small_endpoint_id = small_id
-    return tenant
+    return tenant, allowed_now
 
 
-def _named(session: Session, name: object, field: str) -> ModelEndpoint:
+def endpoint_named(session: Session, name: object, field: str = "name") -> ModelEndpoint:
+    """The registered endpoint of this name; an EndpointError names the registered ones otherwise
+    (for operators: a tenant's admin is told only of what the tenant may use)."""
     endpoint = session.scalar(select(ModelEndpoint).where(ModelEndpoint.name == str(name).strip().lower()))
     if endpoint is None:
         known = ", ".join(session.scalars(select(ModelEndpoint.name).order_by(ModelEndpoint.name))) or "none yet"
         raise EndpointError(f"There is no endpoint {name!r} (registered: {known}).", field)
     return endpoint
+
+
+def _forget_choice(tenant_id: int) -> None:
+    with _choices_lock:
+        _choices.pop(tenant_id, None)  # this process follows at once; the others within CHOICE_SECONDS
+
+
+# --- which tenants may use an endpoint -----------------------------------------------------------
+
+
+def tenant_named(session: Session, slug: str) -> Tenant:
+    """The tenant with this slug; an EndpointError says so for an unknown slug and for the operations
+    tenant (operators hold no conversation, so talk to no model)."""
+    slug = str(slug).strip().lower()
+    if slug == OPERATIONS_SLUG:
+        raise EndpointError(
+            f"There is no tenant {OPERATIONS_SLUG!r} to serve: it is the operators' own, and operators talk to no "
+            "model. Name a tenant's slug.",
+            "tenant",
+        )
+    tenant = session.scalar(select(Tenant).where(Tenant.slug == slug))
+    if tenant is None:
+        raise EndpointError(f"There is no tenant {slug[:64]!r}; check the slug.", "tenant")
+    return tenant
+
+
+def may_use(session: Session, tenant_id: int, endpoint_id: int) -> bool:
+    """Whether an operator allowed the endpoint for the tenant."""
+    return session.get(EndpointGrant, (endpoint_id, tenant_id)) is not None
+
+
+def usable_endpoints(session: Session, tenant_id: int) -> list[ModelEndpoint]:
+    """The endpoints the tenant may use, by name: what its admins may choose among."""
+    query = (
+        select(ModelEndpoint)
+        .join(EndpointGrant, EndpointGrant.endpoint_id == ModelEndpoint.id)
+        .where(EndpointGrant.tenant_id == tenant_id)
+        .order_by(ModelEndpoint.name)
+    )
+    return list(session.scalars(query))
+
+
+def allowed_tenants(session: Session) -> dict[int, list[str]]:
+    """The slugs of the tenants that may use each endpoint (by endpoint id), sorted."""
+    rows = session.execute(
+        select(EndpointGrant.endpoint_id, Tenant.slug)
+        .join(Tenant, Tenant.id == EndpointGrant.tenant_id)
+        .order_by(Tenant.slug)
+    )
+    allowed: dict[int, list[str]] = {}
+    for endpoint_id, slug in rows:
+        allowed.setdefault(endpoint_id, []).append(slug)
+    return allowed
+
+
+def who_may_use(session: Session, endpoint: ModelEndpoint) -> str:
+    """A sentence naming the tenants that may use the endpoint, for the command line and the pages."""
+    slugs = allowed_tenants(session).get(endpoint.id, [])
+    if not slugs:
+        return f"No tenant may use {endpoint.name} yet: allow it for one with `flask endpoint allow` or on its page."
+    return f"{_and(slugs)} may use {endpoint.name}."
+
+
+@dataclass
+class AccessChange:
+    """What a change of who may use an endpoint did, as slugs: newly allowed, no longer allowed,
+    served by the endpoint until now (now by the default model), routing through it until now (now
+    not routed), and asked for but so already. `tenants` are the tenants whose model changed."""
+
+    endpoint: ModelEndpoint
+    allowed: list[str] = field(default_factory=list)
+    disallowed: list[str] = field(default_factory=list)
+    moved_to_default: list[str] = field(default_factory=list)
+    lost_routing: list[str] = field(default_factory=list)
+    allowed_already: list[str] = field(default_factory=list)
+    disallowed_already: list[str] = field(default_factory=list)
+    tenants: list[Tenant] = field(default_factory=list, repr=False)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.allowed or self.disallowed)
+
+    def audit_data(self, session: Session) -> dict:
+        return {
+            "endpoint": self.endpoint.name,
+            "allowed": self.allowed,
+            "disallowed": self.disallowed,
+            "moved_to_default": self.moved_to_default,
+            "lost_routing": self.lost_routing,
+            "may_use_now": allowed_tenants(session).get(self.endpoint.id, []),
+        }
+
+    def sentences(self, default_model: str) -> list[str]:
+        """What happened, one sentence each, for the command line and the page's flash."""
+        name = self.endpoint.name
+        said = [] if self.changed else ["Nothing changed."]
+        if self.allowed:
+            said.append(f"{_and(self.allowed)} may now use {name}.")
+        if self.disallowed:
+            said.append(f"{_and(self.disallowed)} may no longer use {name}.")
+        for slug in self.moved_to_default:
+            said.append(f"{slug} was served by {name}: it is now served by the default model ({default_model}).")
+        for slug in self.lost_routing:
+            said.append(f"{slug} routed simple questions to {name}: it no longer routes by difficulty.")
+        if self.allowed_already:
+            said.append(f"{_and(self.allowed_already)} could use {name} already.")
+        if self.disallowed_already:
+            said.append(f"{_and(self.disallowed_already)} could not use {name} anyway.")
+        return said
+
+
+def _and(slugs: list[str]) -> str:
+    return ", ".join(slugs[:-1]) + f" and {slugs[-1]}" if len(slugs) > 1 else "".join(slugs)
+
+
+def allow_tenants(session: Session, endpoint: ModelEndpoint, tenants: list[Tenant]) -> list[str]:
+    """Allow the endpoint for these tenants (the caller commits); the slugs of those newly allowed."""
+    newly = []
+    for tenant in tenants:
+        if tenant.slug not in newly and not may_use(session, tenant.id, endpoint.id):
+            session.add(EndpointGrant(endpoint_id=endpoint.id, tenant_id=tenant.id))
+            newly.append(tenant.slug)
+    session.flush()
+    return newly
+
+
+def change_access(
+    session: Session, endpoint: ModelEndpoint, allow: list[Tenant], disallow: list[Tenant]
+) -> AccessChange:
+    """Allow the endpoint for some tenants and withdraw it from others (the caller commits). A tenant
+    served by it goes back to the default model, one routing through it stops routing: the tenant
+    keeps working, and its admins may choose again among what it may use."""
+    if {t.id for t in allow} & {t.id for t in disallow}:
+        raise EndpointError("A tenant is both allowed and disallowed here: say one or the other.", "tenant")
+    change = AccessChange(endpoint)
+    change.allowed = allow_tenants(session, endpoint, allow)
+    change.allowed_already = sorted({t.slug for t in allow} - set(change.allowed))
+    for tenant in sorted({t.id: t for t in disallow}.values(), key=lambda t: t.slug):
+        grant = session.get(EndpointGrant, (endpoint.id, tenant.id))
+        if grant is None:
+            change.disallowed_already.append(tenant.slug)
+            continue
+        session.delete(grant)
+        change.disallowed.append(tenant.slug)
+        if tenant.endpoint_id == endpoint.id:
+            tenant.endpoint_id = None
+            change.moved_to_default.append(tenant.slug)
+        if tenant.small_endpoint_id == endpoint.id:
+            tenant.small_endpoint_id = None
+            change.lost_routing.append(tenant.slug)
+        if tenant.slug in change.moved_to_default + change.lost_routing:
+            change.tenants.append(tenant)
+            _forget_choice(tenant.id)
+    session.flush()
+    return change
 
 
 def endpoint_names(session: Session, tenant: Tenant) -> tuple[str, str | None]:
@@ -298,18 +512,19 @@ def choice_for(
     """The client serving a run of this tenant, with its context window. `route` is the run's route
     ("small" or "large", with its `reason`; None: not routed yet): a tenant with a small endpoint has
     each run routed once, and the run keeps its endpoint for all its moves. A tenant's endpoints are
-    read at most every CHOICE_SECONDS per process (a move does not pay a query for them)."""
+    read at most every CHOICE_SECONDS per process (a move does not pay a query for them), each only
+    if the tenant may still use it (else the default model serves, and no run is routed)."""
     now = time.monotonic()
     with _choices_lock:
         kept = _choices.get(tenant_id)
     if kept is None or now - kept[0] > CHOICE_SECONDS:
         row = session.execute(
-            select(Tenant.endpoint_id, Tenant.small_endpoint_id).where(Tenant.id == tenant_id)
+            select(_if_allowed(Tenant.endpoint_id), _if_allowed(Tenant.small_endpoint_id)).where(Tenant.id == tenant_id)
         ).one_or_none()
         with _choices_lock:
             _choices[tenant_id] = kept = (now, *(row or (None, None)))
     _, large_id, small_id = kept
-    small = _client(session, config, small_id)
+    small = _served(session, config, small_id)
     if small is None:  # no routing (or the small endpoint is gone): the tenant's endpoint serves
         return Choice(*_large(session, config, large_id))
     if route == "small":
@@ -320,8 +535,45 @@ def choice_for(
     return Choice(client, window, NOT_ROUTED, router=small.client)
 
 
+def _if_allowed(endpoint_id_column):
+    """The tenant's endpoint id while an operator allows that endpoint for the tenant, else NULL: a
+    row left pointing at an endpoint withdrawn since (a choice racing the withdrawal, a hand edit) is
+    never served."""
+    granted = exists().where(EndpointGrant.tenant_id == Tenant.id, EndpointGrant.endpoint_id == endpoint_id_column)
+    return case((granted, endpoint_id_column), else_=None)
+
+
+class UnusableEndpointClient(ModelClient):
+    """Stands in for an endpoint the desk cannot call as registered (its key cannot be read): every
+    call fails for good with the sentence that says what an operator must set again, so the run fails
+    in words on its page instead of the job crashing on every retry."""
+
+    def __init__(self, problem: str, endpoint: ModelEndpoint, max_tokens: int) -> None:
+        super().__init__(None, endpoint.model, max_tokens, endpoint=endpoint.name)  # type: ignore[arg-type]
+        self.problem = problem
+
+    def count_tokens(self, request: dict) -> int | None:
+        return None
+
+    def generate(self, **request: Any) -> ModelReply:
+        raise ModelError("endpoint_unusable", self.problem, transient=False)
+
+    def ask(self, system: str, text: str, max_tokens: int) -> ModelReply:
+        raise ModelError("endpoint_unusable", self.problem, transient=False)
+
+
+def _served(session: Session, config: Config, endpoint_id: int | None) -> Choice | None:
+    """The endpoint's client (None: no endpoint), or, when its key cannot be read, one that fails in words."""
+    try:
+        return _client(session, config, endpoint_id)
+    except EndpointError as exc:
+        endpoint = session.get(ModelEndpoint, endpoint_id)
+        window = endpoint.context_window or config.context_window_tokens
+        return Choice(UnusableEndpointClient(str(exc), endpoint, config.max_tokens), window)
+
+
 def _large(session: Session, config: Config, endpoint_id: int | None) -> tuple[ModelClient, int]:
-    chosen = _client(session, config, endpoint_id)
+    chosen = _served(session, config, endpoint_id)
     if chosen is None:  # the configured default (or the endpoint is gone: the default until it is set again)
         return model_client(config), config.context_window_tokens
     return chosen.client, chosen.context_window
@@ -358,6 +610,8 @@ def _api_key(endpoint: ModelEndpoint, config: Config) -> str:
                 "Register the endpoint again with its key."
             ) from None
     if endpoint.api_key_env:
+        if problem := key_problem(endpoint):  # (registered before keys came only from MODEL_KEY_ variables)
+            raise EndpointError(problem, "api_key_env")
         return os.environ.get(endpoint.api_key_env, "")
     return "none"  # local servers ignore the key, but the SDK wants one
 

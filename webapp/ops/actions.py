@@ -1,9 +1,12 @@
 """What operators do with the fleet's model endpoints, shared by the endpoints page and the command
-line (`flask endpoint add`): register one, change one. The checks and their messages are
-webapp/llm/endpoints.py's; each change is audited on the global chain (endpoints are no tenant's)
-and committed, or rolled back whole with the EndpointError that says what to fix."""
+line (`flask endpoint add|update|allow|disallow`): register one, change one, choose which tenants
+may use it. The checks and their messages are webapp/llm/endpoints.py's; each change is audited on
+the global chain (endpoints are no tenant's), a tenant's model changed by a withdrawal also on that
+tenant's chain, and committed, or rolled back whole with the EndpointError that says what to fix."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from sqlalchemy.orm import Session
 
@@ -16,10 +19,20 @@ from webapp.tools.registry import Tool
 
 
 def add_endpoint(
-    session: Session, config: Config, name: str, *, actor: User | None = None, actor_label: str | None = None, **fields
+    session: Session,
+    config: Config,
+    name: str,
+    *,
+    tenants: Iterable[str] = (),
+    actor: User | None = None,
+    actor_label: str | None = None,
+    **fields,
 ) -> ModelEndpoint:
+    """Register an endpoint, allowed for the tenants named by slug (none: no tenant may use it yet)."""
     try:
+        may_use = [endpoints.tenant_named(session, slug) for slug in tenants]
         endpoint = endpoints.add_endpoint(session, config, name, **fields)
+        allowed = endpoints.allow_tenants(session, endpoint, may_use)
     except endpoints.EndpointError:
         session.rollback()
         raise
@@ -29,14 +42,20 @@ def add_endpoint(
         tenant_id=None,
         actor=actor,
         actor_label=actor_label,
-        data=endpoints.snapshot(endpoint),
+        data={**endpoints.snapshot(endpoint), "may_use": sorted(allowed)},
     )
     session.commit()
     return endpoint
 
 
 def change_endpoint(
-    session: Session, config: Config, endpoint: ModelEndpoint, *, actor: User | None = None, **fields
+    session: Session,
+    config: Config,
+    endpoint: ModelEndpoint,
+    *,
+    actor: User | None = None,
+    actor_label: str | None = None,
+    **fields,
 ) -> ModelEndpoint:
     """Change a registered endpoint (see endpoints.update_endpoint for the key's fields)."""
     try:
@@ -46,7 +65,7 @@ def change_endpoint(
         raise
     after = endpoints.snapshot(endpoint)
     data = {"before": before, "after": after, "key_replaced": bool(fields.get("api_key"))}
-    audit_chain.record(session, "endpoint_changed", tenant_id=None, actor=actor, data=data)
+    audit_chain.record(session, "endpoint_changed", tenant_id=None, actor=actor, actor_label=actor_label, data=data)
     session.commit()
     return endpoint
 
@@ -81,3 +100,94 @@ def set_ceiling(
     )
     session.commit()
     return after
+
+
+def change_access(
+    session: Session,
+    endpoint: ModelEndpoint,
+    *,
+    allow: Iterable[str] = (),
+    disallow: Iterable[str] = (),
+    actor: User | None = None,
+    actor_label: str | None = None,
+) -> endpoints.AccessChange:
+    """Allow the endpoint for the tenants in `allow` and withdraw it from those in `disallow` (slugs).
+    A tenant served by it goes back to the default model, one routing through it stops routing; the
+    returned change says so (`sentences`). Nothing asked that is so already is audited."""
+    try:
+        change = endpoints.change_access(
+            session,
+            endpoint,
+            [endpoints.tenant_named(session, slug) for slug in allow],
+            [endpoints.tenant_named(session, slug) for slug in disallow],
+        )
+    except endpoints.EndpointError:
+        session.rollback()
+        raise
+    if change.changed:
+        record_access_change(session, change, actor=actor, actor_label=actor_label)
+    session.commit()
+    return change
+
+
+def set_access(
+    session: Session,
+    endpoint: ModelEndpoint,
+    *,
+    ticked: Iterable[str],
+    listed: Iterable[str],
+    actor: User | None = None,
+) -> endpoints.AccessChange:
+    """The endpoint page's checkboxes: of the tenants the form listed, the ticked ones may use the
+    endpoint and the others may not. A tenant the form did not list (made after the page was drawn,
+    or allowed meanwhile from the command line) is left as it is."""
+    listed_slugs = {slug.strip().lower() for slug in listed}
+    ticked_slugs = {slug.strip().lower() for slug in ticked}
+    try:
+        if ticked_slugs - listed_slugs:
+            raise endpoints.EndpointError(
+                f"This form has no tenant {', '.join(sorted(ticked_slugs - listed_slugs))[:200]}; reload the page.",
+                "tenant",
+            )
+        for slug in sorted(listed_slugs):
+            endpoints.tenant_named(session, slug)  # an unknown (or forged) slug is refused in words
+    except endpoints.EndpointError:
+        session.rollback()
+        raise
+    now = set(endpoints.allowed_tenants(session).get(endpoint.id, []))
+    return change_access(
+        session,
+        endpoint,
+        allow=sorted(ticked_slugs - now),
+        disallow=sorted((listed_slugs - ticked_slugs) & now),
+        actor=actor,
+    )
+
+
+def record_access_change(
+    session: Session, change: endpoints.AccessChange, *, actor: User | None = None, actor_label: str | None = None
+) -> None:
+    """Audit a change of who may use an endpoint (the caller commits): on the global chain, and on the
+    chain of each tenant whose model it changed, so the tenant's auditors see why."""
+    audit_chain.record(
+        session,
+        "endpoint_access_changed",
+        tenant_id=None,
+        actor=actor,
+        actor_label=actor_label,
+        data=change.audit_data(session),
+    )
+    for tenant in change.tenants:
+        name, small_name = endpoints.endpoint_names(session, tenant)
+        audit_chain.record(
+            session,
+            "tenant_model_set",
+            tenant_id=tenant.id,
+            actor=actor,
+            actor_label=actor_label,
+            data={
+                "endpoint": name,
+                "small_endpoint": small_name,
+                "because": f"an operator withdrew endpoint {change.endpoint.name} from {tenant.slug}",
+            },
+        )

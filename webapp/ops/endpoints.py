@@ -2,8 +2,10 @@
 (fleet-wide records, no tenant's), with a form to register one and one to change each. The same
 checks and messages as `flask endpoint add` (webapp/llm/endpoints.py, through ops/actions.py). A key
 is write-only: it is stored encrypted and never shown back, not even after a refused form; the page
-says only where it comes from ("key stored encrypted", "key from $ENV", "no key"). Tenants choose
-among these endpoints on their assistant page."""
+says only where it comes from ("key stored encrypted", "key from $MODEL_KEY_...", "no key"), and flags a
+variable the desk will not read. Which tenants may use an endpoint is ticked when it is registered
+and on its page (the same checks and words as `flask endpoint allow|disallow`); a tenant's admins
+choose among the endpoints their tenant may use, on their assistant page."""
 
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ from webapp.web.security import roles_required
 
 bp = Blueprint("endpoints", __name__, url_prefix="/ops/endpoints")
 ADD_FIELDS = frozenset(
-    {"csrf_token", "name", "base_url", "model", "protocol", "context_window", "api_key", "api_key_env"}
+    {"csrf_token", "name", "base_url", "model", "protocol", "context_window", "api_key", "api_key_env", "tenant"}
 )
-EDIT_FIELDS = (ADD_FIELDS - {"name"}) | {"forget_key"}
+EDIT_FIELDS = (ADD_FIELDS - {"name", "tenant"}) | {"forget_key"}
+ACCESS_FIELDS = frozenset({"csrf_token", "tenant", "listed"})  # ticked tenants, and every tenant the form listed
 RETYPE_KEY = " The key was not kept: type it again."
 
 
@@ -44,7 +47,7 @@ def create():
     except endpoints.EndpointError as exc:
         db.session.rollback()
         return _list_page(typed, {exc.field: _said(exc, typed)}), 422
-    flash(f"Added {endpoints.describe(endpoint)}.", "info")
+    flash(f"Added {endpoints.describe(endpoint)}. {endpoints.who_may_use(db.session, endpoint)}", "info")
     return redirect(url_for(".index"), code=303)
 
 
@@ -71,6 +74,30 @@ def update(name: str):
     return redirect(url_for(".index"), code=303)
 
 
+@bp.post("/<name>/tenants")
+@roles_required(OPERATOR)
+def set_access(name: str):
+    endpoint = _endpoint(name)
+    ticked = request.form.getlist("tenant")
+    try:
+        unknown = sorted(set(request.form) - ACCESS_FIELDS)
+        if unknown:
+            raise endpoints.EndpointError(f"This form has no field {', '.join(unknown)}; reload the page.")
+        change = actions.set_access(
+            db.session,
+            endpoint,
+            ticked=ticked,
+            listed=request.form.getlist("listed"),
+            actor=current_user._get_current_object(),
+        )
+    except endpoints.EndpointError as exc:
+        db.session.rollback()
+        endpoint = db.session.get(ModelEndpoint, endpoint.id)
+        return _edit_page(endpoint, access_typed=ticked, access_error=str(exc)), 422
+    flash(" ".join(change.sentences(services().config.model)), "info")
+    return redirect(url_for(".edit", name=endpoint.name), code=303)
+
+
 def _endpoint(name: str) -> ModelEndpoint:
     endpoint = db.session.scalar(select(ModelEndpoint).where(ModelEndpoint.name == name))
     if endpoint is None:
@@ -80,7 +107,8 @@ def _endpoint(name: str) -> ModelEndpoint:
 
 def _typed(allowed: frozenset[str]) -> dict:
     """What the person typed, to show back on an error: never the key."""
-    typed = {key: request.form.get(key, "") for key in allowed - {"csrf_token", "api_key"}}
+    typed = {key: request.form.get(key, "") for key in allowed - {"csrf_token", "api_key", "tenant"}}
+    typed["tenant"] = request.form.getlist("tenant")
     typed["forget_key"] = request.form.get("forget_key") == "on"
     typed["key_typed"] = bool(request.form.get("api_key", "").strip())
     return typed
@@ -104,6 +132,8 @@ def _fields(allowed: frozenset[str]) -> dict:
     }
     if "name" in allowed:
         fields["name"] = form.get("name", "")
+    if "tenant" in allowed:
+        fields["tenants"] = form.getlist("tenant")
     if "forget_key" in allowed:
         fields["forget_key"] = form.get("forget_key") == "on"
     return fields
@@ -127,7 +157,10 @@ def _list_page(typed: dict | None = None, errors: dict | None = None) -> str:
         registered=registered,
         serves=serves,
         classifies=classifies,
+        may_use=endpoints.allowed_tenants(db.session),
+        tenants=_tenants(),
         key_source=endpoints.key_source,
+        key_problem=endpoints.key_problem,
         default_model=services().config.model,
         protocols=endpoints.PROTOCOLS,
         typed=typed or {"protocol": "tools"},
@@ -135,7 +168,13 @@ def _list_page(typed: dict | None = None, errors: dict | None = None) -> str:
     )
 
 
-def _edit_page(endpoint: ModelEndpoint, typed: dict | None = None, errors: dict | None = None) -> str:
+def _edit_page(
+    endpoint: ModelEndpoint,
+    typed: dict | None = None,
+    errors: dict | None = None,
+    access_typed: list[str] | None = None,
+    access_error: str = "",
+) -> str:
     shown = typed or {
         "base_url": endpoint.base_url,
         "model": endpoint.model,
@@ -144,11 +183,24 @@ def _edit_page(endpoint: ModelEndpoint, typed: dict | None = None, errors: dict 
         "api_key_env": endpoint.api_key_env or "",
         "forget_key": False,
     }
+    tenants = _tenants()
+    may_use = endpoints.allowed_tenants(db.session).get(endpoint.id, [])
     return render_template(
         "ops/endpoint.html",
         endpoint=endpoint,
         key=endpoints.key_source(endpoint),
+        key_problem=endpoints.key_problem(endpoint),
+        tenants=tenants,
+        ticked=set(may_use if access_typed is None else access_typed),
+        serving={t.slug for t in tenants if t.endpoint_id == endpoint.id},
+        routing={t.slug for t in tenants if t.small_endpoint_id == endpoint.id},
+        access_error=access_error,
         protocols=endpoints.PROTOCOLS,
         typed=shown,
         errors=errors or {},
     )
+
+
+def _tenants() -> list[Tenant]:
+    """Every tenant an endpoint may be allowed for: all but the operators' own."""
+    return list(db.session.scalars(select(Tenant).where(Tenant.slug != OPERATIONS_SLUG).order_by(Tenant.slug)))
