@@ -312,7 +312,7 @@ def test_one_approval_shows_the_facts_beside_the_call_while_it_waits(api, model)
     call = waiting_refund(api, model)
     reviewer = api.as_(REVIEWER)
     shown = reviewer.get(f"/api/approvals/{call['id']}").json
-    assert set(shown) == CALL_KEYS | {"review"} and shown["input"] == REFUND
+    assert set(shown) == CALL_KEYS | {"review", "held"} and shown["input"] == REFUND
     invoice, customer = shown["review"]["records"]
     assert (invoice["kind"], invoice["id"], customer["kind"], customer["id"]) == ("invoice", 4471, "customer", 4471)
     facts = {fact["label"]: fact["value"] for fact in invoice["facts"]}
