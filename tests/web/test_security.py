@@ -71,6 +71,9 @@ EXPECTED = {
     "endpoints.create": {"operator"},
     "endpoints.edit": {"operator"},
     "endpoints.update": {"operator"},
+    "ops_mcp.index": {"operator"},  # every tenant's MCP servers; only operators add a server the desk starts
+    "ops_mcp.create": {"operator"},
+    "ops_mcp.remove": {"operator"},
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}
@@ -137,6 +140,7 @@ def sample(app, api, model):
         "tool_name": "send_email",
         "kind": "email",  # a notification channel
         "name": "no-such-endpoint",  # an endpoint's page (operators): 404 for them, refused for the rest
+        "tenant": "acme",  # an MCP server of a tenant on the operators' page
     }
     db.session.remove()
     return values
