@@ -141,6 +141,8 @@ def test_every_failed_add_from_the_page_leaves_its_audit_event_and_never_a_heade
         {"name": "Big Name", "url": "http://127.0.0.1:1/mcp", **secret},
         {"name": "warehouse", "url": "ftp://example.com", **secret},
         {"name": "warehouse", "url": "http://127.0.0.1:1/mcp", "headers": "Bearer s3cret-value"},
+        {"name": "warehouse", "url": "ftp://mcp\x00.example/mcp"},  # a NUL: still recorded, never a 500
+        {"name": "warehouse", "url": "http://mcp\x00.example/mcp"},
     ):
         assert admin.post("/admin/mcp", typed).status_code == 422
     refused = events("mcp_server_add_refused", since)
@@ -149,6 +151,8 @@ def test_every_failed_add_from_the_page_leaves_its_audit_event_and_never_a_heade
         ("Big Name", "http://127.0.0.1:1/mcp", ["Authorization"]),
         ("warehouse", "ftp://example.com", ["Authorization"]),
         ("warehouse", "http://127.0.0.1:1/mcp", []),  # a line without its colon may be all secret
+        ("warehouse", "ftp://mcp\\x00.example/mcp", []),
+        ("warehouse", "http://mcp\\x00.example/mcp", []),
     ]
     reasons = [e.data["reason"] for e in refused]
     assert "The MCP server warehouse at http://127.0.0.1:1/mcp cannot be reached: ConnectError" in reasons[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
@@ -104,12 +104,14 @@ def add(
         session.rollback()
         refused_add(session, tenant_id, actor, name, str(exc), **attempt)
         raise
-    except IntegrityError:  # another request added the same name meanwhile
+    except (IntegrityError, DataError) as error:
         session.rollback()
-        taken = name.strip().lower()
-        exc = McpError(f"An MCP server named {taken} already exists here; pick another name, or sync it.")
-        refused_add(session, tenant_id, actor, name, str(exc), **attempt)
-        raise exc from None
+        if isinstance(error, IntegrityError):  # another request added the same name meanwhile
+            said = f"An MCP server named {name.strip().lower()} already exists here; pick another name, or sync it."
+        else:  # PostgreSQL refuses a NUL character in text
+            said = "What was typed holds a character that cannot be stored (a NUL); type it again without it."
+        refused_add(session, tenant_id, actor, name, said, **attempt)
+        raise McpError(said) from None
 
 
 def refused_add(
@@ -129,17 +131,23 @@ def refused_add(
     attempt back): who, the name, the URL or command, the names of the headers and variables (never
     a value) and why. `tenant_id` None: no such tenant (`tenant` is what was typed), the global chain."""
     data = {
-        "server": (name or "").strip(),
-        "url": (url or "").strip() or None,
-        "command": command,
+        "server": _storable((name or "").strip()),
+        "url": _storable((url or "").strip()) or None,
+        "command": _storable(command),
         "headers": _names(headers),
         "environment": _names(environment),
-        "reason": reason,
+        "reason": _storable(reason),
     }
     if tenant is not None:
-        data["tenant"] = tenant
+        data["tenant"] = _storable(tenant)
     _audit(session, "mcp_server_add_refused", tenant_id, actor, data)
     session.commit()
+
+
+def _storable(typed: str | None) -> str | None:
+    """What was typed, as the audit log can keep it: PostgreSQL's JSON refuses a NUL character, and a
+    refusal must be recorded whatever was typed."""
+    return typed.replace("\x00", "\\x00") if typed else typed
 
 
 def _names(lines: list[str]) -> list[str]:

@@ -578,6 +578,8 @@ def add_server(
         try:
             if not shlex.split(command):
                 raise ValueError("it is empty")
+            if "\x00" in command:
+                raise ValueError("it holds a NUL character")
         except ValueError as exc:
             raise McpError(f"{command!r} is not a command ({exc}).") from None
     if headers and not url:
