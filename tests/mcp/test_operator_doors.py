@@ -172,7 +172,7 @@ def test_a_header_naming_a_variable_of_the_desk_is_refused_on_the_page_and_never
     said = unescape(refused.text)
     assert refused.status_code == 422
     assert '"X-Leak: $PATH" would send the desk\'s environment variable PATH to the server' in said
-    assert "only variables whose names start with MCP_SECRET_ may be named" in said
+    assert "A tenant's admin may name only variables whose names start with MCP_SECRET_" in said
     assert "X-Leak: $PATH</textarea>" in said  # kept, to fix
     assert servers() == []
     assert not any("x-leak" in request for request in warehouse.requests_headers())

@@ -145,8 +145,8 @@ class Access:
             raise McpError(
                 f"The MCP server {self.server} starts a command that a tenant's admin set before only the desk's "
                 "operator could, so the desk does not start it: an operator must add this server again "
-                f"(`flask mcp remove {self.server} --tenant ...`, then `flask mcp add {self.server} --command ...`). "
-                "Nothing was started."
+                f"(`flask mcp remove {self.server} --tenant ...`, then `flask mcp add {self.server} --command ...`, "
+                "or on the operators' MCP servers page). Nothing was started."
             )
         from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
@@ -158,7 +158,7 @@ class Access:
         # those not given: names only on the command line (anyone on the host can read it), no value.
         unset = [word for name in DEFAULT_INHERITED_ENV_VARS if name not in environment for word in ("-u", name)]
         return {
-            "command": shutil.which("env") or "/usr/bin/env",
+            "command": "/usr/bin/env" if os.path.exists("/usr/bin/env") else shutil.which("env") or "env",
             "args": [*unset, "--", *shlex.split(self.command or "")],
             "env": environment,
             "cwd": self.working_directory,
@@ -486,8 +486,8 @@ def stored_headers(
         if reference and not by_operator and not reference.group(1).startswith(secret_prefix):
             raise McpError(
                 f'"{name}: ${reference.group(1)}" would send the desk\'s environment variable {reference.group(1)} '
-                f"to the server. From this page only variables whose names start with {secret_prefix} may be "
-                f'named (e.g. "{name}: ${secret_prefix}INVENTORY", set by the desk\'s operator); type the value '
+                f"to the server. A tenant's admin may name only variables whose names start with {secret_prefix} "
+                f'(e.g. "{name}: ${secret_prefix}INVENTORY", which the desk\'s operator sets); type the value '
                 "itself to have it stored encrypted."
             )
         if reference:
