@@ -65,6 +65,43 @@ def test_a_bad_value_is_refused_in_one_sentence_saying_what_would_do(tmp_path, n
     assert refusal(tmp_path, **{name: value}) == sentence
 
 
+@pytest.mark.parametrize(
+    ("value", "sentence"),
+    [
+        (
+            "",
+            "MCP_SECRET_PREFIX must not be empty: every variable's name starts with an empty prefix, so a tenant's "
+            "admin could send any of the desk's variables (SECRET_KEY, DATABASE_URL, ...) to their MCP server; leave "
+            "it unset for MCP_SECRET_, or e.g. MCP_SECRET_PREFIX=TENANT_SECRET_",
+        ),
+        (
+            "MCP-SECRET",
+            "MCP_SECRET_PREFIX must be the start of a variable's name (letters, digits and _, not starting with a "
+            "digit), got 'MCP-SECRET'; e.g. MCP_SECRET_PREFIX=MCP_SECRET_",
+        ),
+        (
+            "SECRET",
+            "MCP_SECRET_PREFIX 'SECRET' would let a tenant's admin send the desk's own SECRET_KEY to their MCP server; "
+            "choose a prefix none of the desk's variables starts with, e.g. MCP_SECRET_PREFIX=MCP_SECRET_",
+        ),
+        (
+            "A",
+            "MCP_SECRET_PREFIX 'A' would let a tenant's admin send the desk's own ANTHROPIC_API_KEY, "
+            "ANTHROPIC_BASE_URL, ANTHROPIC_MODEL ... to their MCP server; choose a prefix none of the desk's variables "
+            "starts with, e.g. MCP_SECRET_PREFIX=MCP_SECRET_",
+        ),
+    ],
+)
+def test_the_prefix_of_variables_tenant_admins_may_name_never_opens_the_desks_own(tmp_path, value, sentence):
+    assert refusal(tmp_path, MCP_SECRET_PREFIX=value) == sentence
+
+
+def test_the_prefix_of_variables_tenant_admins_may_name(tmp_path):
+    assert Config.from_env({"INSTANCE_PATH": str(tmp_path)}).mcp_secret_prefix == "MCP_SECRET_"
+    chosen = Config.from_env({"INSTANCE_PATH": str(tmp_path), "MCP_SECRET_PREFIX": " TENANT_SECRET_ "})
+    assert chosen.mcp_secret_prefix == "TENANT_SECRET_"
+
+
 def test_every_bad_value_is_named_at_once_one_a_line(tmp_path):
     said = refusal(tmp_path, MOVE_BUDGET="lots", LOG_FORMAT="yaml", MOVE_RETRY_INTERVALS="5,x,y", QUEUE_NAME="fine")
     assert said.splitlines() == [

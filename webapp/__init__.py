@@ -86,6 +86,7 @@ def _register_features(app: Flask) -> None:
     from webapp.conversations import pages as conversations
     from webapp.ops import endpoints as endpoint_pages
     from webapp.ops import health, metrics, policy_changes
+    from webapp.ops import mcp_servers as mcp_server_pages
     from webapp.ops import pages as ops
     from webapp.web import security
 
@@ -110,6 +111,7 @@ def _register_features(app: Flask) -> None:
         app.register_blueprint(blueprint)
     app.register_blueprint(endpoint_pages.bp)  # the operators' model endpoints
     app.register_blueprint(policy_changes.bp)  # the operators' second pair of eyes on policies
+    app.register_blueprint(mcp_server_pages.bp)  # the operators' MCP servers: every tenant's, and commands
     metrics.init_app(app)
     app.context_processor(lambda: {"nav_items": navigation.nav_items()})
     cli.register(app)

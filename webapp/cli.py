@@ -678,7 +678,12 @@ def _register_mcp(app: Flask) -> None:
     @click.argument("name")
     @click.option("--tenant", "slug", required=True, help="The tenant whose assistant gets the tools.")
     @click.option("--url", default=None, help="A streamable HTTP server, e.g. https://mcp.example.com/mcp.")
-    @click.option("--command", default=None, help='Or: a local server the desk starts, e.g. "python -m inventory".')
+    @click.option(
+        "--command",
+        default=None,
+        help='Or: a local server the desk starts, e.g. "python -m inventory"; it gets PATH and the --env variables, '
+        "nothing else of the desk's environment.",
+    )
     @click.option(
         "--header",
         "headers",
@@ -686,12 +691,43 @@ def _register_mcp(app: Flask) -> None:
         help='"Name: value", sent with every request; stored encrypted, or "Name: $VARIABLE" to read it from the '
         "environment at each use.",
     )
-    def add_command(name: str, slug: str, url: str | None, command: str | None, headers: tuple[str, ...]) -> None:
+    @click.option(
+        "--env",
+        "environment",
+        multiple=True,
+        help="NAME=value, a variable of the started server (with --command); stored encrypted and never shown, or "
+        "NAME=$VARIABLE to pass the desk's own at each start.",
+    )
+    @click.option(
+        "--cwd", "working_directory", default=None, help="The started server's working directory (an absolute path)."
+    )
+    def add_command(
+        name: str,
+        slug: str,
+        url: str | None,
+        command: str | None,
+        headers: tuple[str, ...],
+        environment: tuple[str, ...],
+        working_directory: str | None,
+    ) -> None:
         """Register the MCP server NAME for a tenant, connect to it, and list the tools it offers."""
-        tenant = tenant_of(slug)
+        try:
+            tenant = tenant_of(slug)
+        except click.UsageError as exc:
+            attempt = {"url": url, "command": command, "headers": list(headers), "environment": list(environment)}
+            mcp_actions.refused_add(db.session, None, None, name, exc.message, tenant=slug, **attempt)
+            raise
         try:
             server, report = mcp_actions.add(
-                db.session, tenant.id, None, name, url=url, command=command, headers=list(headers)
+                db.session,
+                tenant.id,
+                None,
+                name,
+                url=url,
+                command=command,
+                headers=list(headers),
+                environment=list(environment),
+                working_directory=working_directory,
             )
         except mcp.McpError as exc:
             raise click.UsageError(str(exc)) from None
@@ -711,13 +747,19 @@ def _register_mcp(app: Flask) -> None:
         rows = db.session.execute(query.order_by(Tenant.slug, McpServer.name)).all()
         if not rows:
             click.echo("No MCP servers.")
+        prefix = services().config.mcp_secret_prefix
         for server, tenant_slug in rows:
-            headers = mcp.header_words(server)
-            synced = f"synced {server.synced_at:%Y-%m-%d %H:%M} UTC" if server.synced_at else "never synced"
-            click.echo(
-                f"{tenant_slug} {server.name}: {server.url or 'command: ' + server.command}"
-                f"{'; headers: ' + ', '.join(headers) if headers else ''}; {synced}"
-            )
+            said = [server.url or f"command: {server.command}"]
+            if server.command and not server.command_by_operator:
+                said.append("NOT STARTED: a tenant's admin set the command; remove it and add it again")
+            if server.working_directory:
+                said.append(f"in {server.working_directory}")
+            if variables := mcp.environment_words(server):
+                said.append(f"variables: {', '.join(variables)}")
+            if headers := mcp.header_words(server, prefix):
+                said.append(f"headers: {', '.join(headers)}")
+            said.append(f"synced {server.synced_at:%Y-%m-%d %H:%M} UTC" if server.synced_at else "never synced")
+            click.echo(f"{tenant_slug} {server.name}: {'; '.join(said)}")
             for line in tool_lines(server):
                 click.echo(line)
 

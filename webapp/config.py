@@ -12,6 +12,7 @@ Config is the app's (web, worker, scheduler); ServerConfig is what gunicorn.conf
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 from collections.abc import Mapping
@@ -112,6 +113,45 @@ def _web_address(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise ValueError(f"must be the desk's address as people open it, e.g. https://desk.example.com; got {url!r}")
     return url
+
+
+_VARIABLE_PREFIX_CHARACTERS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _secret_prefix(prefix: str) -> str:
+    # A tenant's admin may name in an MCP header any variable that starts with this prefix, so the
+    # prefix must not open the desk's own settings (or, empty, every variable at all).
+    prefix = prefix.strip()
+    if not prefix:
+        raise ValueError(
+            "must not be empty: every variable's name starts with an empty prefix, so a tenant's admin could "
+            "send any of the desk's variables (SECRET_KEY, DATABASE_URL, ...) to their MCP server; leave it unset "
+            "for MCP_SECRET_, or e.g. MCP_SECRET_PREFIX=TENANT_SECRET_"
+        )
+    if not _VARIABLE_PREFIX_CHARACTERS.match(prefix):
+        raise ValueError(
+            "must be the start of a variable's name (letters, digits and _, not starting with a digit), "
+            f"got {prefix!r}; e.g. MCP_SECRET_PREFIX=MCP_SECRET_"
+        )
+    opened = sorted(variable for variable in _desk_variables() if variable.startswith(prefix))
+    if opened:
+        raise ValueError(
+            f"{prefix!r} would let a tenant's admin send the desk's own {', '.join(opened[:3])}"
+            f"{' ...' if len(opened) > 3 else ''} to their MCP server; choose a prefix none of the desk's variables "
+            "starts with, e.g. MCP_SECRET_PREFIX=MCP_SECRET_"
+        )
+    return prefix
+
+
+def _desk_variables() -> set[str]:
+    """The variables the desk's own settings are read from (the classes below exist by the time a
+    value is checked), but the prefix's own: its value is no secret."""
+    return {
+        field.validation_alias
+        for settings in (Config, ServerConfig)
+        for field in settings.model_fields.values()
+        if isinstance(field.validation_alias, str) and field.validation_alias != "MCP_SECRET_PREFIX"
+    }
 
 
 def _stderr_is_terminal() -> bool:
@@ -316,6 +356,12 @@ class Config(_LogSettings):
     mcp_tries: int = _whole_number("MCP_TRIES", 3, minimum=1)
     mcp_retry_seconds: float = _number_of("seconds", "MCP_RETRY_SECONDS", 0.5, minimum=0.0)
     mcp_check_seconds: float = _number_of("seconds", "MCP_CHECK_SECONDS", 300.0, minimum=0.0)
+    # the start of the names of the environment variables a tenant's admin may have sent in an MCP
+    # server's header ("Authorization: $MCP_SECRET_INVENTORY"); any other variable only an operator may
+    # name (`flask mcp add`). Set but empty is refused: it would open every variable.
+    mcp_secret_prefix: Annotated[str, AfterValidator(_secret_prefix)] = _text(
+        "MCP_SECRET_PREFIX", "MCP_SECRET_", blank_is_a_value=True
+    )
 
     @model_validator(mode="before")
     @classmethod

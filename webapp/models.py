@@ -477,10 +477,15 @@ class ToolAccess(Base):
 
 
 class McpServer(Base):
-    """A Model Context Protocol server a tenant's admins registered: reached over streamable HTTP at
-    `url`, or started by the desk from `command` (stdio). `headers` are sent with every HTTP request:
-    a list of {"name", "sealed"} (the value encrypted with a key derived from SECRET_KEY) or
-    {"name", "env"} (read from that environment variable at each use); values are never shown back.
+    """A Model Context Protocol server of a tenant: reached over streamable HTTP at `url` (added by the
+    tenant's admins or an operator), or started by the desk from `command` (stdio, added only by an
+    operator: the command line or /ops/mcp). `headers` are sent with every HTTP request: a list of
+    {"name", "sealed", "operator"} (the value encrypted with a key derived from SECRET_KEY) or
+    {"name", "env", "operator"} (read from that environment variable at each use; "operator" says an
+    operator set it, else only a variable with MCP_SECRET_PREFIX is read); values are never shown back.
+    A started server's process gets PATH and `environment` only (the same {"name", "sealed"} or
+    {"name", "env"} entries), in `working_directory` when set. `command_by_operator`: an operator
+    set the command; a command a tenant's admin set before only operators could is never started.
     `version` goes up with every change to the server or its tools, so each process rebuilds the
     tenant's tool registry when it moves (webapp/runtime/services.py)."""
 
@@ -492,6 +497,9 @@ class McpServer(Base):
     url: Mapped[str | None] = mapped_column(String(500))
     command: Mapped[str | None] = mapped_column(Text)
     headers: Mapped[list] = mapped_column(JSONType, default=list)
+    environment: Mapped[list] = mapped_column(JSONType, default=list)
+    working_directory: Mapped[str | None] = mapped_column(String(500))
+    command_by_operator: Mapped[bool] = mapped_column(Boolean, default=False)
     version: Mapped[int] = mapped_column(Integer, default=1)
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,5 +1,6 @@
-"""The warehouse MCP server (tests/mcp/warehouse.py) in a subprocess on a free port, over the real
-streamable HTTP transport."""
+"""The MCP tests' parts: the warehouse MCP server (tests/mcp/warehouse.py) in a subprocess on a free port,
+over the real streamable HTTP transport; the stdio server that tells what it was started with; reading
+the audit log, the servers and a tool's calls as the tests need them."""
 
 from __future__ import annotations
 
@@ -11,10 +12,61 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select
 
 from tests.conftest import wait_until
+from webapp.models import AuditEvent, McpServer, Tenant, User
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
+from webapp.tools.registry import ToolContext
 
 SCRIPT = Path(__file__).with_name("warehouse.py")
+SURROUNDINGS = Path(__file__).with_name("surroundings.py")  # a stdio server telling what it was started with
+
+
+def newest_event() -> int:
+    """The newest audit event's id (the audit log is kept from test to test)."""
+    db.session.remove()
+    return db.session.scalar(select(func.max(AuditEvent.id))) or 0
+
+
+def events(action: str, after: int) -> list[AuditEvent]:
+    """The audit events of this action after the one numbered `after`, oldest first."""
+    db.session.remove()
+    query = select(AuditEvent).where(AuditEvent.action == action, AuditEvent.id > after).order_by(AuditEvent.id)
+    return list(db.session.scalars(query))
+
+
+def acme() -> int:
+    """The demo tenant's id."""
+    return db.session.scalar(select(Tenant.id).where(Tenant.slug == "acme"))
+
+
+def person(email: str) -> int:
+    return db.session.scalar(select(User.id).where(User.email == email))
+
+
+def servers() -> list[McpServer]:
+    """Every tenant's MCP servers, read afresh."""
+    db.session.remove()
+    return list(db.session.scalars(select(McpServer).order_by(McpServer.name)))
+
+
+def context(tenant_id: int) -> ToolContext:
+    return ToolContext(db.session, 1, tenant_id, 1, "toolcall-1")
+
+
+def run(tool_name: str, arguments: dict):
+    """A call of the tenant's tool as the loop makes it: its outcome (an error result in words, or not)."""
+    tenant_id = acme()
+    return services().tools_for(db.session, tenant_id).run(tool_name, arguments, context(tenant_id), 8000)
+
+
+def surroundings(tool_name: str, *names: str) -> dict:
+    """What the started server's process was started with (tests/mcp/surroundings.py), by a call of its tool."""
+    tenant_id = acme()
+    tool = services().tools_for(db.session, tenant_id).get(tool_name)
+    return json.loads(tool.execute({"values_of": list(names)}, context(tenant_id)))
 
 
 def stdio_command(reservations: Path) -> str:
@@ -30,6 +82,7 @@ class Warehouse:
         self.reservations = tmp_path / "reservations.jsonl"
         self.hold = tmp_path / "hold"
         self.log = tmp_path / "warehouse.log"
+        self.headers = tmp_path / "headers.jsonl"
         self.process: subprocess.Popen | None = None
 
     @property
@@ -39,7 +92,7 @@ class Warehouse:
     def start(self, variant: int = 1, token: str | None = None) -> Warehouse:
         env = {"PATH": "/usr/bin:/bin", **({"WAREHOUSE_TOKEN": token} if token else {})}
         args = [sys.executable, str(SCRIPT), "--port", str(self.port), "--reservations", str(self.reservations)]
-        args += ["--variant", str(variant), "--hold", str(self.hold)]
+        args += ["--variant", str(variant), "--hold", str(self.hold), "--headers", str(self.headers)]
         with self.log.open("a") as log:
             self.process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         wait_until(self._answers, 60, "the warehouse MCP server to listen")
@@ -61,6 +114,12 @@ class Warehouse:
         if not self.reservations.exists():
             return []
         return [json.loads(line) for line in self.reservations.read_text().splitlines()]
+
+    def requests_headers(self) -> list[dict]:
+        """The headers of every HTTP request the server received, lower-case names."""
+        if not self.headers.exists():
+            return []
+        return [json.loads(line) for line in self.headers.read_text().splitlines()]
 
     def received(self) -> int:
         """How many reserve_stock calls reached the server."""

@@ -8,11 +8,11 @@ import json
 import os
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from tests.clients import sign_in
-from tests.mcp.conftest import stdio_command
-from webapp.models import AuditEvent, McpServer, McpTool, Tenant
+from tests.mcp.conftest import events, newest_event, stdio_command
+from webapp.models import McpServer, McpTool, Tenant
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools import mcp
@@ -21,19 +21,8 @@ from webapp.tools.registry import ToolContext
 LOOKUP = "mcp_warehouse__lookup_stock"
 
 
-def newest_event() -> int:
-    """The newest audit event's id (the audit log is kept from test to test)."""
-    db.session.remove()
-    return db.session.scalar(select(func.max(AuditEvent.id))) or 0
-
-
-def events(action: str, after: int) -> list[AuditEvent]:
-    db.session.remove()
-    query = select(AuditEvent).where(AuditEvent.action == action, AuditEvent.id > after).order_by(AuditEvent.id)
-    return list(db.session.scalars(query))
-
-
-def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse):
+def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse, monkeypatch):
+    monkeypatch.setenv("MCP_TEST_TEAM", "support")
     since = newest_event()
     added = cli(
         "mcp", "add", "warehouse", "--url", warehouse.url, "--tenant", "acme",
@@ -51,7 +40,8 @@ def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse):
     )
     assert "s3cret" not in listed.output and "s3cret" not in json.dumps(events("mcp_server_added", since)[0].data)
     stored = db.session.scalar(select(McpServer)).headers
-    assert "s3cret" not in json.dumps(stored) and stored[1] == {"name": "X-Team", "env": "MCP_TEST_TEAM"}
+    assert "s3cret" not in json.dumps(stored)
+    assert stored[1] == {"name": "X-Team", "env": "MCP_TEST_TEAM", "operator": True}  # the command line set it
     assert cli("mcp", "list", "--tenant", "globex").output == "No MCP servers.\n"
     assert "acme warehouse" in cli("mcp", "list").output
 
@@ -80,15 +70,34 @@ def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse):
         (["add", "w", "--url", "http://x/mcp", "--command", "x", "--tenant", "acme"], "one of the two"),
         (["add", "w", "--url", "http://x/mcp", "--header", "no colon", "--tenant", "acme"], 'type it as "Name: value"'),
         (["add", "w", "--command", "python 'unclosed", "--tenant", "acme"], "is not a command (No closing quotation)"),
+        (
+            ["add", "w", "--url", "http://x/mcp", "--env", "A=1", "--tenant", "acme"],
+            "Variables and a working directory go",
+        ),
+        (["add", "w", "--url", "http://x/mcp", "--cwd", "/tmp", "--tenant", "acme"], "a server at a URL gets none"),
+        (["add", "w", "--command", "x", "--env", "TOKEN s3cret", "--tenant", "acme"], 'A variable has no "="'),
+        (["add", "w", "--command", "x", "--env", "1X=y", "--tenant", "acme"], "'1X' is not a variable's name"),
+        (["add", "w", "--command", "x", "--env", "A=", "--tenant", "acme"], "The variable A has no value"),
+        (["add", "w", "--command", "x", "--env", "A=1", "--env", "A=2", "--tenant", "acme"], "A is given twice"),
+        (
+            ["add", "w", "--command", "x", "--cwd", "relative/dir", "--tenant", "acme"],
+            "is not a working directory here",
+        ),
+        (["add", "w", "--command", "x", "--cwd", "/no/such/dir", "--tenant", "acme"], "absolute path of a directory"),
         (["sync", "nothing", "--tenant", "acme"], "There is no MCP server named 'nothing'"),
         (["remove", "nothing", "--tenant", "acme"], "There is no MCP server named 'nothing'"),
     ],
 )
 def test_the_command_line_says_what_to_fix(cli, args, says):
+    since = newest_event()
     result = cli("mcp", *args)
     assert result.exit_code == 2 and says in result.output, result.output
     db.session.remove()
     assert db.session.scalar(select(McpServer.id)) is None  # nothing half-written
+    if args[0] == "add":  # and the attempt is audited, in words, never a value
+        (refused,) = events("mcp_server_add_refused", since)
+        assert says in refused.data["reason"] and refused.actor_label == "command line"
+        assert refused.data["server"] == args[1] and "s3cret" not in json.dumps(refused.data)
 
 
 def test_a_duplicate_name_is_refused_and_another_tenant_may_use_it(cli, warehouse):

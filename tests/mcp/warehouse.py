@@ -2,14 +2,16 @@
 `lookup_stock` and a destructive `reserve_stock` that appends each reservation to a file, so a
 test can count how often it ran.
 
-    python tests/mcp/warehouse.py --port 8765 --reservations /tmp/r.jsonl [--variant 2] [--hold FILE] [--stdio]
+    python tests/mcp/warehouse.py --port 8765 --reservations /tmp/r.jsonl [--variant 2] [--hold FILE]
+        [--headers FILE] [--stdio]
 
 `--variant 2` serves `reserve_stock` with a changed schema (a required `reason`), as a server
 upgraded behind the desk's back would; `--variant 3` serves it unchanged but marked read-only, as a
 proxy that flips its hints would. `WAREHOUSE_TOKEN` in the environment makes the HTTP server
 refuse requests without `Authorization: Bearer <token>`. With `--hold FILE`, `reserve_stock` notes
 each call it receives (in `<reservations>.received`) and then waits while FILE exists, so a test can
-stop a worker in the middle of a call."""
+stop a worker in the middle of a call. With `--headers FILE`, the HTTP server appends the headers of
+every request it receives to FILE (a JSON object a line), so a test can see what the desk sent."""
 
 from __future__ import annotations
 
@@ -76,6 +78,7 @@ def main() -> None:
     parser.add_argument("--reservations", type=Path, required=True)
     parser.add_argument("--variant", type=int, default=1)
     parser.add_argument("--hold", type=Path, default=None)
+    parser.add_argument("--headers", type=Path, default=None)
     parser.add_argument("--stdio", action="store_true")
     args = parser.parse_args()
     server = build(args.reservations, args.variant, args.hold)
@@ -95,6 +98,15 @@ def main() -> None:
                 await send({"type": "http.response.body", "body": b"no"})
                 return
             await inner(scope, receive, send)
+
+    if args.headers:
+        listening = app
+
+        async def app(scope, receive, send):  # noqa: F811 - the app, noting each request's headers
+            if scope["type"] == "http":
+                with args.headers.open("a") as out:
+                    out.write(json.dumps({k.decode(): v.decode() for k, v in scope["headers"]}) + "\n")
+            await listening(scope, receive, send)
 
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 

@@ -78,6 +78,9 @@ EXPECTED = {
     "policy_changes.index": {"operator"},  # a tenant with one admin has its second pair of eyes here
     "policy_changes.decide": {"operator"},
     "endpoints.set_access": {"operator"},  # which tenants may use an endpoint: the operators' door, no admin's
+    "ops_mcp.index": {"operator"},  # every tenant's MCP servers; only operators add a server the desk starts
+    "ops_mcp.create": {"operator"},
+    "ops_mcp.remove": {"operator"},
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}
@@ -146,6 +149,7 @@ def sample(app, api, model):
         "name": "no-such-endpoint",  # an endpoint's page (operators): 404 for them, refused for the rest
         "tool": "send_email",  # a policy (PUT with mode "always" changes nothing: it is already so)
         "change_id": 2**31 - 1,  # a policy change: 404 for admins, refused for the rest
+        "tenant": "acme",  # an MCP server of a tenant on the operators' page
     }
     db.session.remove()
     return values

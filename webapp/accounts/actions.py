@@ -17,7 +17,6 @@ from webapp.config import Config
 from webapp.conversations import actions as conversation_actions
 from webapp.llm import endpoints
 from webapp.models import MAX_ROW_ID, ApiToken, NotificationChannel, NotificationDelivery, Tenant, User, utcnow
-from webapp.ops import actions as ops_actions
 from webapp.web.errors import Refused
 from webapp.web.security import unlock_account
 
@@ -247,7 +246,7 @@ def set_tenant_models(
         raise
     for endpoint in allowed:
         change = endpoints.AccessChange(endpoint, allowed=[tenant.slug])
-        ops_actions.record_access_change(session, change, actor=actor, actor_label=actor_label)
+        endpoints.record_access_change(session, change, actor=actor, actor_label=actor_label)
     name, small_name = endpoints.endpoint_names(session, tenant)
     audit_chain.record(
         session,

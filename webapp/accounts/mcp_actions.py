@@ -1,13 +1,19 @@
-"""What admins do with their tenant's MCP servers, shared by the MCP servers page and the command
-line (`flask mcp ...`): add a server, sync it, accept a held tool's change, remove it. Each change is
-audited on the tenant's chain in the same transaction and committed; an McpError (a sentence saying
-what to fix) leaves nothing written. The catalogue itself is webapp/tools/mcp.py."""
+"""What people do with a tenant's MCP servers, shared by the tenant admins' MCP servers page, the
+operators' page (/ops/mcp) and the command line (`flask mcp ...`): add a server, sync it, accept a
+held tool's change, remove it. Each change is audited on the tenant's chain in the same transaction
+and committed; an McpError (a sentence saying what to fix) leaves nothing written. A refused or
+failed add is rolled back and then audited (`mcp_server_add_refused`) in a transaction of its own,
+so an attempt to open a door of the operator's leaves its trace. Who may give a command, its
+variables, or name any $VARIABLE is decided here from the actor: the command line (no actor) and
+operators only. The catalogue itself is webapp/tools/mcp.py."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from sqlalchemy import select
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
@@ -17,6 +23,8 @@ from webapp.models import McpServer, McpTool, PolicyChange, ToolPolicy, User
 from webapp.runtime.services import services
 from webapp.tools import mcp
 from webapp.tools.mcp import McpError, SyncReport
+
+_NAME_BEFORE = re.compile(r"^\s*([A-Za-z0-9!#$%&'*+.^_`|~-]+)\s*[:=]")
 
 
 def _audit(session: Session, action: str, tenant_id: int, actor: User | None, data: dict, tool_name=None) -> None:
@@ -39,6 +47,11 @@ def _undone(session: Session, work):
         raise
 
 
+def by_operator(actor: User | None) -> bool:
+    """The command line (no actor) or an operator: who may open the desk's own doors."""
+    return actor is None or actor.is_operator
+
+
 def add(
     session: Session,
     tenant_id: int,
@@ -48,11 +61,19 @@ def add(
     url: str | None = None,
     command: str | None = None,
     headers: list[str] = (),
+    environment: list[str] = (),
+    working_directory: str | None = None,
 ) -> tuple[McpServer, SyncReport]:
-    """Register a server from what an admin typed (headers as "Name: value" lines) and take its tools."""
+    """Register a server from what a person typed (headers as "Name: value" lines, a started server's
+    variables as NAME=value lines) and take its tools. A command (even an empty one), its variables or
+    working directory from anyone but an operator is refused. On McpError nothing of the server is
+    written and the refusal is audited."""
 
     def work():
+        if not by_operator(actor) and (command is not None or environment or working_directory is not None):
+            raise McpError(mcp.ONLY_OPERATORS_START)
         pairs = [mcp.parse_header(line) for line in headers if line.strip()]
+        variables = [mcp.parse_variable(line) for line in environment if line.strip()]
         server, report = mcp.add_server(
             session,
             services().config,
@@ -61,21 +82,81 @@ def add(
             url=url,
             command=command,
             headers=pairs,
+            environment=variables,
+            working_directory=working_directory,
             reserved=set(services().tools.names()),
             by_user_id=actor.id if actor else None,
+            by_operator=by_operator(actor),
         )
         data = {
             "server": server.name,
             "url": server.url,
             "command": server.command,
             "headers": [h["name"] for h in server.headers],  # names only: never a value
+            "environment": [v["name"] for v in server.environment],
+            "working_directory": server.working_directory,
             **report.data(),
         }
         _audit(session, "mcp_server_added", tenant_id, actor, data)
         session.commit()
         return server, report
 
-    return _undone(session, work)
+    attempt = {"url": url, "command": command, "headers": headers, "environment": environment}
+    try:
+        return work()
+    except McpError as exc:
+        session.rollback()
+        refused_add(session, tenant_id, actor, name, str(exc), **attempt)
+        raise
+    except (IntegrityError, DataError) as error:
+        session.rollback()
+        if isinstance(error, IntegrityError):  # another request added the same name meanwhile
+            said = f"An MCP server named {name.strip().lower()} already exists here; pick another name, or sync it."
+        else:  # PostgreSQL refuses a NUL character in text
+            said = "What was typed holds a character that cannot be stored (a NUL); type it again without it."
+        refused_add(session, tenant_id, actor, name, said, **attempt)
+        raise McpError(said) from None
+
+
+def refused_add(
+    session: Session,
+    tenant_id: int | None,
+    actor: User | None,
+    name: str,
+    reason: str,
+    *,
+    url: str | None = None,
+    command: str | None = None,
+    headers: list[str] = (),
+    environment: list[str] = (),
+    tenant: str | None = None,
+) -> None:
+    """Audit an add that was refused or failed, in a transaction of its own (the caller rolled the
+    attempt back): who, the name, the URL or command, the names of the headers and variables (never
+    a value) and why. `tenant_id` None: no such tenant (`tenant` is what was typed), the global chain."""
+    data = {
+        "server": _storable((name or "").strip()),
+        "url": _storable((url or "").strip()) or None,
+        "command": _storable(command),
+        "headers": _names(headers),
+        "environment": _names(environment),
+        "reason": _storable(reason),
+    }
+    if tenant is not None:
+        data["tenant"] = _storable(tenant)
+    _audit(session, "mcp_server_add_refused", tenant_id, actor, data)
+    session.commit()
+
+
+def _storable(typed: str | None) -> str | None:
+    """What was typed, as the audit log can keep it: PostgreSQL's JSON refuses a NUL character, and a
+    refusal must be recorded whatever was typed."""
+    return typed.replace("\x00", "\\x00") if typed else typed
+
+
+def _names(lines: list[str]) -> list[str]:
+    """The names in "Name: value" or NAME=value lines; a line without one is left out (it may be all value)."""
+    return [found.group(1) for line in lines if (found := _NAME_BEFORE.match(line))]
 
 
 def sync(session: Session, tenant_id: int, actor: User | None, name: str) -> SyncReport:

@@ -1,7 +1,10 @@
 """The MCP servers admin page: a tenant's servers with their tools and what each does by default,
-adding one (URL or command, headers whose values are never shown back), syncing, removing, and the
-tools held because their server changed them: what changed, side by side, and Accept. Every change
-goes through webapp/accounts/mcp_actions.py (audited); a refused form keeps what was typed."""
+adding one at a URL (headers whose values are never shown back), syncing, removing, and the tools
+held because their server changed them: what changed, side by side, and Accept. Servers the desk
+starts are listed (an operator added them, on /ops/mcp or the command line) but never added here: a
+form that carries a command, or any field the form does not have, is refused in words and audited,
+and nothing starts. Every change goes through webapp/accounts/mcp_actions.py (audited); a refused
+form keeps what was typed."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from webapp.tools import mcp
 from webapp.web.security import roles_required
 
 bp = Blueprint("mcp", __name__, url_prefix="/admin/mcp")
+ADD_FIELDS = frozenset({"csrf_token", "name", "url", "headers"})
 
 
 @bp.get("")
@@ -32,15 +36,25 @@ def index():
 @roles_required("admin")
 def add():
     form = request.form
-    try:
-        server, report = mcp_actions.add(
+    actor = current_user._get_current_object()
+    headers = form.get("headers", "").splitlines()
+    unknown = sorted(set(form) - ADD_FIELDS)
+    if unknown:  # a command (even empty) is a door of the operator's; nothing was started
+        status, said = (403, mcp.ONLY_OPERATORS_START) if "command" in form else (422, _no_such_field(unknown))
+        mcp_actions.refused_add(
             db.session,
             current_user.tenant_id,
-            current_user._get_current_object(),
+            actor,
             form.get("name", ""),
+            said,
             url=form.get("url"),
             command=form.get("command"),
-            headers=form.get("headers", "").splitlines(),
+            headers=headers,
+        )
+        return _page(error=said, typed=form), status
+    try:
+        server, report = mcp_actions.add(
+            db.session, current_user.tenant_id, actor, form.get("name", ""), url=form.get("url"), headers=headers
         )
     except mcp.McpError as exc:
         return _page(error=str(exc), typed=form), 422
@@ -87,6 +101,10 @@ def accept(tool_name: str):
     return redirect(url_for(".index"), code=303)
 
 
+def _no_such_field(unknown: list[str]) -> str:
+    return f"This form has no field {', '.join(unknown)}; reload the page."
+
+
 def _said(report: mcp.SyncReport) -> list[str]:
     """A sync's findings in sentences."""
     said = []
@@ -109,7 +127,9 @@ def _page(error: str | None = None, typed=None) -> str:
         "accounts/mcp.html",
         servers=servers,
         registry=registry,
-        headers={server.id: mcp.header_words(server) for server in servers},
+        headers={server.id: mcp.header_words(server, services().config.mcp_secret_prefix) for server in servers},
+        environment={server.id: mcp.environment_words(server) for server in servers},
+        secret_prefix=services().config.mcp_secret_prefix,
         changes={tool.id: _changes(tool) for server in servers for tool in server.tools if tool.held},
         gate={
             tool.id: mcp_actions.gate_preview(db.session, tenant_id, tool)

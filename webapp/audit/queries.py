@@ -63,6 +63,7 @@ ACTIONS = (
     "api_token_created",
     "api_token_revoked",
     "mcp_server_added",
+    "mcp_server_add_refused",
     "mcp_server_synced",
     "mcp_tool_accepted",
     "mcp_tool_held",

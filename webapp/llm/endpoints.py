@@ -25,11 +25,11 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import case, exists, select
 from sqlalchemy.orm import Session
 
-from webapp import sealing
+from webapp import audit_chain, sealing
 from webapp.config import Config
 from webapp.llm.client import ModelClient, ModelError, ModelReply
 from webapp.llm.react import ReactClient
-from webapp.models import OPERATIONS_SLUG, EndpointGrant, ModelEndpoint, Tenant, utcnow
+from webapp.models import OPERATIONS_SLUG, EndpointGrant, ModelEndpoint, Tenant, User, utcnow
 
 _clients: dict[tuple, ModelClient] = {}
 
@@ -618,3 +618,32 @@ def _api_key(endpoint: ModelEndpoint, config: Config) -> str:
 
 def _fernet(config: Config) -> Fernet:
     return sealing.fernet(config.secret_key, "model endpoint keys")
+
+
+def record_access_change(
+    session: Session, change: AccessChange, *, actor: User | None = None, actor_label: str | None = None
+) -> None:
+    """Audit a change of who may use an endpoint (the caller commits): on the global chain, and on the
+    chain of each tenant whose model it changed, so the tenant's auditors see why."""
+    audit_chain.record(
+        session,
+        "endpoint_access_changed",
+        tenant_id=None,
+        actor=actor,
+        actor_label=actor_label,
+        data=change.audit_data(session),
+    )
+    for tenant in change.tenants:
+        name, small_name = endpoint_names(session, tenant)
+        audit_chain.record(
+            session,
+            "tenant_model_set",
+            tenant_id=tenant.id,
+            actor=actor,
+            actor_label=actor_label,
+            data={
+                "endpoint": name,
+                "small_endpoint": small_name,
+                "because": f"an operator withdrew endpoint {change.endpoint.name} from {tenant.slug}",
+            },
+        )

@@ -125,7 +125,7 @@ def change_access(
         session.rollback()
         raise
     if change.changed:
-        record_access_change(session, change, actor=actor, actor_label=actor_label)
+        endpoints.record_access_change(session, change, actor=actor, actor_label=actor_label)
     session.commit()
     return change
 
@@ -162,32 +162,3 @@ def set_access(
         disallow=sorted((listed_slugs - ticked_slugs) & now),
         actor=actor,
     )
-
-
-def record_access_change(
-    session: Session, change: endpoints.AccessChange, *, actor: User | None = None, actor_label: str | None = None
-) -> None:
-    """Audit a change of who may use an endpoint (the caller commits): on the global chain, and on the
-    chain of each tenant whose model it changed, so the tenant's auditors see why."""
-    audit_chain.record(
-        session,
-        "endpoint_access_changed",
-        tenant_id=None,
-        actor=actor,
-        actor_label=actor_label,
-        data=change.audit_data(session),
-    )
-    for tenant in change.tenants:
-        name, small_name = endpoints.endpoint_names(session, tenant)
-        audit_chain.record(
-            session,
-            "tenant_model_set",
-            tenant_id=tenant.id,
-            actor=actor,
-            actor_label=actor_label,
-            data={
-                "endpoint": name,
-                "small_endpoint": small_name,
-                "because": f"an operator withdrew endpoint {change.endpoint.name} from {tenant.slug}",
-            },
-        )

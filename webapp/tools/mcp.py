@@ -1,7 +1,8 @@
 """Tools from Model Context Protocol servers, behind the same approval gate as the built-in tools.
 
-A tenant's admins register MCP servers (streamable HTTP at a URL, or a local command the desk starts
-and talks to over stdio); each server's tools join that tenant's registry as `McpTool`s under names
+A tenant's admins register MCP servers at a URL (streamable HTTP); only an operator (the command line,
+/ops/mcp) registers a local command the desk starts and talks to over stdio, since whoever sets it runs
+a program on the desk's host. Each server's tools join that tenant's registry as `McpTool`s under names
 the Messages API accepts (`mcp_<server>__<tool>`). The desk is the MCP client, inside the perimeter:
 the model only ever asks for a call, and the call waits for a person like any other.
 
@@ -17,6 +18,9 @@ the model only ever asks for a call, and the call waits for a person like any ot
   becomes an error result.
 - Annotations are hints from a server the desk does not control: read-only tools run at once by
   default, every other tool waits for one approval (webapp/agent/policies.py `default_policy`).
+- The desk's environment is the operator's: a header's $VARIABLE is read only when an operator set it
+  or its name starts with MCP_SECRET_PREFIX, and a started server gets PATH and the variables an
+  operator gave it, nothing else of the desk's.
 
 Nothing here loads Flask, RQ or Redis.
 """
@@ -28,6 +32,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -53,10 +58,16 @@ if TYPE_CHECKING:  # the SDK is imported where a server is reached: it costs eve
 SERVER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NOT_IN_NAMES = re.compile(r"[^a-zA-Z0-9_-]")
 NAME_LIMIT = 128  # the Messages API's longest tool name
 ERROR_CHARS = 2000  # of a server's error text, fenced, in an error result
 _SEALING = "mcp server headers"
+_SEALING_ENVIRONMENT = "mcp server environment"
+ONLY_OPERATORS_START = (
+    "Only the desk's operator can add a server that the desk starts; ask them to run "
+    '`flask mcp add NAME --command "..." --tenant SLUG`, or give the URL of a server that is already running.'
+)
 
 
 class McpError(Exception):
@@ -98,13 +109,18 @@ class _Changed(ToolError):
 
 @dataclass(frozen=True)
 class Access:
-    """How to reach one server: its URL or command, and its headers (sealed or named variables),
-    opened only when a request is made."""
+    """How to reach one server: its URL or command, its headers and a started server's variables
+    (sealed or named variables of the desk's), opened only when a request is made."""
 
     server: str
     url: str | None
     command: str | None
-    headers: tuple[tuple[str, str, str], ...] = ()  # (name, "sealed" | "env", token or variable)
+    # (name, "sealed" | "env", token or variable, set by an operator)
+    headers: tuple[tuple[str, str, str, bool], ...] = ()
+    environment: tuple[tuple[str, str, str], ...] = ()  # (name, "sealed" | "env", token or variable)
+    working_directory: str | None = None
+    command_by_operator: bool = False
+    secret_prefix: str = "MCP_SECRET_"
     secret_key: str = field(default="", repr=False)
     timeout: float = 30.0
     tries: int = 3
@@ -116,9 +132,11 @@ class Access:
             server=server.name,
             url=server.url,
             command=server.command,
-            headers=tuple(
-                (h["name"], "env" if "env" in h else "sealed", h.get("env") or h["sealed"]) for h in server.headers
-            ),
+            headers=tuple((h["name"], *_source(h), h.get("operator") is True) for h in server.headers),
+            environment=tuple((v["name"], *_source(v)) for v in server.environment or ()),
+            working_directory=server.working_directory,
+            command_by_operator=server.command_by_operator is True,
+            secret_prefix=config.mcp_secret_prefix,
             secret_key=config.secret_key,
             timeout=config.mcp_timeout_seconds,
             tries=config.mcp_tries,
@@ -130,18 +148,65 @@ class Access:
 
     def header_values(self) -> dict[str, str]:
         values = {}
-        for name, kind, value in self.headers:
-            if kind == "env":
-                values[name] = os.environ.get(value, "")
-                continue
-            try:
-                values[name] = sealing.unseal(self.secret_key, _SEALING, value)
-            except sealing.InvalidToken:
+        for name, kind, value, by_operator in self.headers:
+            if kind == "env" and not (by_operator or value.startswith(self.secret_prefix)):
+                # Stored before only operators could name any variable: never read, whoever asks.
                 raise McpError(
-                    f"The {name} header of the MCP server {self.server} cannot be read: SECRET_KEY changed since it "
-                    "was stored. Remove the server and add it again with its headers."
-                ) from None
+                    f"The {name} header of the MCP server {self.server} reads ${value} from the desk's environment, "
+                    f"which only the desk's operator may set up (a tenant's admin only variables starting with "
+                    f"{self.secret_prefix}); nothing was sent. An admin must remove the server and add it again "
+                    f"with the {name} header set again."
+                )
+            values[name] = self._value(f"The {name} header", kind, value, _SEALING, "its headers")
         return values
+
+    def process(self) -> dict:
+        """How to start the server (StdioServerParameters' fields): McpError when no operator set its
+        command. Its environment is exactly PATH (the desk's) and the variables an operator gave it."""
+        if not self.command_by_operator:
+            raise McpError(
+                f"The MCP server {self.server} starts a command that a tenant's admin set before only the desk's "
+                "operator could, so the desk does not start it: an operator must add this server again "
+                f"(`flask mcp remove {self.server} --tenant ...`, then `flask mcp add {self.server} --command ...`, "
+                "or on the operators' MCP servers page). Nothing was started."
+            )
+        from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
+
+        environment = {"PATH": os.environ.get("PATH", os.defpath)}
+        for name, kind, value in self.environment:
+            environment[name] = self._value(f"The variable {name}", kind, value, _SEALING_ENVIRONMENT, "its variables")
+        # The SDK lays HOME, LOGNAME, SHELL, TERM and USER of the desk under whatever env it is given
+        # (mcp.client.stdio.get_default_environment), so the command runs under `env -u` for each of
+        # those not given: names only on the command line (anyone on the host can read it), no value.
+        unset = [word for name in DEFAULT_INHERITED_ENV_VARS if name not in environment for word in ("-u", name)]
+        return {
+            "command": "/usr/bin/env" if os.path.exists("/usr/bin/env") else shutil.which("env") or "env",
+            "args": [*unset, "--", *shlex.split(self.command or "")],
+            "env": environment,
+            "cwd": self.working_directory,
+        }
+
+    def _value(self, what: str, kind: str, value: str, purpose: str, again: str) -> str:
+        if kind == "env":
+            found = os.environ.get(value)
+            if found is None:
+                raise McpError(
+                    f"{what} of the MCP server {self.server} reads ${value}, which is not set in the desk's "
+                    "environment: set it for the desk's web and worker processes."
+                )
+            return found
+        try:
+            return sealing.unseal(self.secret_key, purpose, value)
+        except sealing.InvalidToken:
+            raise McpError(
+                f"{what} of the MCP server {self.server} cannot be read: SECRET_KEY changed since it "
+                f"was stored. Remove the server and add it again with {again}."
+            ) from None
+
+
+def _source(stored: dict) -> tuple[str, str]:
+    """("env", variable) or ("sealed", token) of a stored header or variable."""
+    return ("env", stored["env"]) if "env" in stored else ("sealed", stored["sealed"])
 
 
 @asynccontextmanager
@@ -158,8 +223,7 @@ async def _opened(access: Access):
             ) as client:
                 yield client
         return
-    argv = shlex.split(access.command or "")
-    parameters = StdioServerParameters(command=argv[0], args=argv[1:])
+    parameters = StdioServerParameters(**access.process())
     # The server's stderr goes to this process's own (a file the subprocess can write to, whatever
     # sys.stderr was swapped for: the SDK's default is bound to sys.stderr when it is first imported).
     transport = stdio_client(parameters, errlog=sys.__stderr__)
@@ -411,31 +475,93 @@ class SyncReport:
 
 
 def parse_header(text: str) -> tuple[str, str]:
-    """("Name", "value") from "Name: value"; McpError says what to type."""
+    """("Name", "value") from "Name: value"; McpError says what to type (never repeating a value: a
+    line typed without its colon may be all secret)."""
     name, colon, value = text.partition(":")
     name, value = name.strip(), value.strip()
-    if not colon or not _HEADER_NAME.match(name) or not value:
-        raise McpError(f'{text!r} is not a header: type it as "Name: value", e.g. "Authorization: Bearer abc".')
+    if not colon:
+        raise McpError('A header line has no colon: type it as "Name: value", e.g. "Authorization: Bearer abc".')
+    if not _HEADER_NAME.match(name):
+        raise McpError(f'{name!r} is not a header name: type it as "Name: value", e.g. "Authorization: Bearer abc".')
+    if not value:
+        raise McpError(f'The header {name} has no value: type it as "Name: value", e.g. "Authorization: Bearer abc".')
     return name, value
 
 
-def stored_headers(secret_key: str, pairs: list[tuple[str, str]]) -> list[dict]:
-    """Headers as stored: a value written as $VARIABLE is read from the environment at each use; any
-    other value is sealed. Values are never stored in the clear."""
+def parse_variable(text: str) -> tuple[str, str]:
+    """("NAME", "value") from "NAME=value", a started server's variable; McpError says what to type
+    (never repeating a value)."""
+    name, equals, value = text.partition("=")
+    name = name.strip()
+    if not equals:
+        raise McpError('A variable has no "=": type it as NAME=value, e.g. INVENTORY_TOKEN=abc.')
+    if not _VARIABLE_NAME.match(name):
+        raise McpError(
+            f"{name!r} is not a variable's name: use letters, digits and _, not starting with a digit, "
+            "e.g. INVENTORY_TOKEN=abc."
+        )
+    if not value:
+        raise McpError(f"The variable {name} has no value: type it as {name}=value, or leave it out.")
+    return name, value
+
+
+def stored_headers(
+    secret_key: str, pairs: list[tuple[str, str]], *, by_operator: bool, secret_prefix: str
+) -> list[dict]:
+    """Headers as stored, each marked with whether an operator set it: a value written as $VARIABLE
+    is read from the environment at each use (from a tenant's admin only a variable starting with
+    `secret_prefix`; McpError says so); any other value is sealed. Values are never stored in the clear."""
     stored = []
     for name, value in pairs:
+        reference = _ENV_REFERENCE.match(value)
+        if reference and not by_operator and not reference.group(1).startswith(secret_prefix):
+            raise McpError(
+                f'"{name}: ${reference.group(1)}" would send the desk\'s environment variable {reference.group(1)} '
+                f"to the server. A tenant's admin may name only variables whose names start with {secret_prefix} "
+                f'(e.g. "{name}: ${secret_prefix}INVENTORY", which the desk\'s operator sets); type the value '
+                "itself to have it stored encrypted."
+            )
+        if reference:
+            stored.append({"name": name, "env": reference.group(1), "operator": by_operator})
+        else:
+            stored.append({"name": name, "sealed": sealing.seal(secret_key, _SEALING, value), "operator": by_operator})
+    return stored
+
+
+def stored_environment(secret_key: str, pairs: list[tuple[str, str]]) -> list[dict]:
+    """A started server's variables as stored (only an operator gives them): NAME=$VARIABLE reads the
+    desk's variable at each start; any other value is sealed. McpError when a name is given twice."""
+    stored, seen = [], set()
+    for name, value in pairs:
+        if name in seen:
+            raise McpError(f"The variable {name} is given twice; give it once.")
+        seen.add(name)
         reference = _ENV_REFERENCE.match(value)
         if reference:
             stored.append({"name": name, "env": reference.group(1)})
         else:
-            stored.append({"name": name, "sealed": sealing.seal(secret_key, _SEALING, value)})
+            stored.append({"name": name, "sealed": sealing.seal(secret_key, _SEALING_ENVIRONMENT, value)})
     return stored
 
 
-def header_words(server: McpServer) -> list[str]:
+def header_words(server: McpServer, secret_prefix: str) -> list[str]:
     """The server's headers for people: names and where the value comes from, never the value."""
+    said = []
+    for header in server.headers:
+        if "env" not in header:
+            said.append(f"{header['name']} (stored encrypted)")
+        elif header.get("operator") is True or header["env"].startswith(secret_prefix):
+            said.append(f"{header['name']} (from ${header['env']})")
+        else:
+            said.append(f"{header['name']} (from ${header['env']}, which only the operator may name: not sent)")
+    return said
+
+
+def environment_words(server: McpServer) -> list[str]:
+    """A started server's variables for people: names and where each comes from, never the value."""
     return [
-        f"{h['name']} (from ${h['env']})" if "env" in h else f"{h['name']} (stored encrypted)" for h in server.headers
+        f"{v['name']} (from ${v['env']})" if "env" in v else f"{v['name']} (stored encrypted)"
+        for v in server.environment or ()
     ]
 
 
@@ -455,17 +581,24 @@ def add_server(
     url: str | None = None,
     command: str | None = None,
     headers: list[tuple[str, str]] = (),
+    environment: list[tuple[str, str]] = (),
+    working_directory: str | None = None,
     reserved: set[str] = frozenset(),
     by_user_id: int | None = None,
+    by_operator: bool = False,
 ) -> tuple[McpServer, SyncReport]:
     """Register a server and take its tools as accepted (the caller commits; on McpError it rolls back).
-    `reserved`: the names of the built-in tools."""
+    `reserved`: the names of the built-in tools. `by_operator`: the command line or an operator, who
+    alone may give a command (with its variables and working directory) or name any $VARIABLE."""
     name = name.strip().lower()
     url, command = (url or "").strip() or None, (command or "").strip() or None
+    working_directory = (working_directory or "").strip() or None
     if not SERVER_NAME.match(name):
         raise McpError(
             f"{name!r} is not a server name: use up to 40 of a-z, 0-9, - and _, starting with a letter or digit."
         )
+    if command and not by_operator:
+        raise McpError(ONLY_OPERATORS_START)
     if bool(url) == bool(command):
         raise McpError("Give the server's URL (streamable HTTP) or the command that starts it (stdio), one of the two.")
     if url:
@@ -476,10 +609,19 @@ def add_server(
         try:
             if not shlex.split(command):
                 raise ValueError("it is empty")
+            if "\x00" in command:
+                raise ValueError("it holds a NUL character")
         except ValueError as exc:
             raise McpError(f"{command!r} is not a command ({exc}).") from None
     if headers and not url:
         raise McpError("Headers go with a URL; a command's server gets none.")
+    if (environment or working_directory) and not command:
+        raise McpError("Variables and a working directory go with a command; a server at a URL gets none.")
+    if working_directory and not (os.path.isabs(working_directory) and os.path.isdir(working_directory)):
+        raise McpError(
+            f"{working_directory!r} is not a working directory here: give the absolute path of a directory on "
+            "the desk's host, e.g. /srv/inventory."
+        )
     if session.scalar(select(McpServer.id).where(McpServer.tenant_id == tenant_id, McpServer.name == name)):
         raise McpError(f"An MCP server named {name} already exists here; pick another name, or sync it.")
     server = McpServer(
@@ -487,7 +629,12 @@ def add_server(
         name=name,
         url=url,
         command=command,
-        headers=stored_headers(config.secret_key, list(headers)),
+        headers=stored_headers(
+            config.secret_key, list(headers), by_operator=by_operator, secret_prefix=config.mcp_secret_prefix
+        ),
+        environment=stored_environment(config.secret_key, list(environment)),
+        working_directory=working_directory,
+        command_by_operator=bool(command) and by_operator,
         version=1,
         created_by_id=by_user_id,
     )
