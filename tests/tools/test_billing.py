@@ -309,7 +309,7 @@ def test_seed_demo_is_idempotent(session):
     session.flush()
     assert {m: count(session, m) for m in counts} == counts
     demo_users = select(func.count(User.id)).where(User.email.in_([login["email"] for login in first]))
-    assert len(first) == 8 and session.scalar(demo_users) == 8
+    assert len(first) == 9 and session.scalar(demo_users) == 9
     assert {(d["email"], d["tenant"]) for d in first} >= {
         ("reviewer2@acme.test", "acme"),
         ("agent@globex.test", "globex"),
