@@ -25,6 +25,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from webapp import outbound
+
 
 class ConfigError(RuntimeError):
     """A setting is missing or malformed; the message says which and how to fix it."""
@@ -104,6 +106,10 @@ def _tool_paths(value: Any) -> Any:
         if not module or not name.isidentifier():
             raise ValueError(f"entries are package.module:ToolClass, comma-separated; got {entry!r}")
     return entries
+
+
+def _outbound_allow(value: Any) -> Any:
+    return outbound.allow_entries(value) if isinstance(value, str) else value
 
 
 def _web_address(url: str) -> str:
@@ -316,6 +322,12 @@ class Config(_LogSettings):
     mcp_tries: int = _whole_number("MCP_TRIES", 3, minimum=1)
     mcp_retry_seconds: float = _number_of("seconds", "MCP_RETRY_SECONDS", 0.5, minimum=0.0)
     mcp_check_seconds: float = _number_of("seconds", "MCP_CHECK_SECONDS", 300.0, minimum=0.0)
+    # the private addresses the desk may call on a tenant's behalf all the same (webhooks, MCP servers,
+    # model endpoints; webapp/outbound.py): "host:port" or "host:*" entries, comma-separated. Default:
+    # none, only public addresses
+    outbound_allow: Annotated[tuple[str, ...], BeforeValidator(_outbound_allow)] = Field(
+        (), validation_alias="OUTBOUND_ALLOW"
+    )
 
     @model_validator(mode="before")
     @classmethod
