@@ -68,6 +68,7 @@ ACTIONS = (
     "mcp_tool_held",
     "mcp_tool_released",
     "mcp_server_removed",
+    "outbound_refused",
 )
 OUTCOMES = (
     "succeeded",
