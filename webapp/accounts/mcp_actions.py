@@ -8,6 +8,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
+from webapp.accounts.actions import audit_refused_address
 from webapp.models import McpServer, User
 from webapp.runtime.services import services
 from webapp.tools import mcp
@@ -70,7 +71,11 @@ def add(
         session.commit()
         return server, report
 
-    return _undone(session, work)
+    try:
+        return _undone(session, work)
+    except McpError as exc:
+        audit_refused_address(session, exc, "mcp server", tenant_id, actor, None if actor else "command line")
+        raise
 
 
 def sync(session: Session, tenant_id: int, actor: User | None, name: str) -> SyncReport:

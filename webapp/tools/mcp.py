@@ -42,7 +42,7 @@ import jsonschema
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp import sealing
+from webapp import outbound, sealing
 from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
 from webapp.tools.registry import Concern, InvalidInput, Tool, ToolContext, ToolError, wrap_output
@@ -87,6 +87,7 @@ class Access:
     timeout: float = 30.0
     tries: int = 3
     retry_seconds: float = 0.5
+    allow: tuple[str, ...] = ()  # OUTBOUND_ALLOW: the private addresses a URL may reach all the same
 
     @classmethod
     def of(cls, server: McpServer, config: Config) -> Access:
@@ -101,6 +102,7 @@ class Access:
             timeout=config.mcp_timeout_seconds,
             tries=config.mcp_tries,
             retry_seconds=config.mcp_retry_seconds,
+            allow=config.outbound_allow,
         )
 
     def where(self) -> str:
@@ -123,14 +125,25 @@ class Access:
 
 
 @asynccontextmanager
-async def _opened(access: Access):
-    """An initialised client session with the server."""
+async def _opened(access: Access, refusals: list[int] | None = None):
+    """An initialised client session with the server. The HTTP status of each POST the server
+    answered with other than 2xx is appended to `refusals` (the SDK turns them into MCP errors)."""
     from mcp.client.client import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
-    if access.url:
-        async with httpx2.AsyncClient(headers=access.header_values(), timeout=httpx2.Timeout(access.timeout)) as http:
+    if access.url:  # through the outbound guard: public addresses only, no redirect, no proxy
+
+        async def noted(response: httpx2.Response) -> None:
+            if refusals is not None and response.request.method == "POST" and not response.is_success:
+                refusals.append(response.status_code)
+
+        async with outbound.async_client(
+            access.allow,
+            headers=access.header_values(),
+            timeout=httpx2.Timeout(access.timeout),
+            event_hooks={"response": [noted]},
+        ) as http:
             async with Client(
                 streamable_http_client(access.url, http_client=http), cache=None, read_timeout_seconds=access.timeout
             ) as client:
@@ -150,10 +163,11 @@ def _run(access: Access, work: Callable[[Client, list], Awaitable[Any]]) -> Any:
     marked the request sent (by appending to the list it is given) is _Unreachable, after it _Lost;
     the work's own ToolError and McpError pass through."""
     sent: list = []
+    refusals: list[int] = []
 
     async def main():
         with anyio.fail_after(access.timeout):
-            async with _opened(access) as client:
+            async with _opened(access, refusals) as client:
                 return await work(client, sent)
 
     try:
@@ -162,7 +176,9 @@ def _run(access: Access, work: Callable[[Client, list], Awaitable[Any]]) -> Any:
         leaf = _leaf(exc)
         if isinstance(leaf, (ToolError, McpError)):
             raise leaf from None
-        raise (_Lost if sent else _Unreachable)(_reason(leaf)) from None
+        if isinstance(leaf, outbound.OutboundError):  # a setting to change: not worth another try
+            raise McpError(str(leaf)) from leaf
+        raise (_Lost if sent else _Unreachable)(_reason(leaf, access, refusals)) from None
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -171,14 +187,20 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _reason(exc: BaseException) -> str:
-    """A failure in a few words ("ConnectError: All connection attempts failed")."""
+def _reason(exc: BaseException, access: Access, refusals: list[int]) -> str:
+    """A failure in a few words. A server at a URL is named only by its HTTP status or its MCP error
+    code, never by what it sent; every other failure (a closed port, a filtered one, one that speaks
+    something else, a timeout) reads the same, so an admin's URL cannot tell one port from another."""
     from mcp.shared.exceptions import MCPError
 
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return f"it answered HTTP {exc.response.status_code}"
+    if isinstance(exc, MCPError):
+        return f"it answered HTTP {refusals[-1]}" if refusals else f"it answered with MCP error {exc.code}"
+    if access.url:
+        return outbound.no_answer(access.timeout)
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
-    if isinstance(exc, MCPError):
-        return f"it answered with an error: {exc}"
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -200,7 +222,10 @@ def fetch_tools(access: Access) -> list[dict]:
     try:
         tools = _run(access, lambda client, _sent: _listing(client))
     except (_Unreachable, _Lost) as exc:
-        raise McpError(f"The MCP server {access.server} at {access.where()} cannot be reached: {exc}.") from None
+        raise McpError(
+            f"The MCP server {access.server} at {access.where()} could not be reached ({exc}). Check the address "
+            "(and its headers), and that the server is up."
+        ) from None
     return [_plain(tool) for tool in tools]
 
 
@@ -438,9 +463,16 @@ def add_server(
     if bool(url) == bool(command):
         raise McpError("Give the server's URL (streamable HTTP) or the command that starts it (stdio), one of the two.")
     if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # e.g. an unclosed [ of an IPv6 address
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
             raise McpError(f"{url!r} is not a server URL: give one like https://mcp.example.com/mcp")
+        try:  # before anything is connected to: a refused address is never reached
+            outbound.check_url(url, config.outbound_allow)
+        except outbound.OutboundError as exc:
+            raise McpError(str(exc)) from exc
     if command:
         try:
             if not shlex.split(command):
