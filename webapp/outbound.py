@@ -107,6 +107,21 @@ def refusal_behind(exc: BaseException | None) -> AddressRefused | None:
     return None
 
 
+# What a failure to get an HTTP answer raises, from the socket up (closed, filtered, not HTTP, TLS,
+# timed out): every one of them is said with `no_answer`. Anything else is a fault of the desk's own.
+TRANSPORT_FAILURES = (
+    httpx2.TransportError,
+    httpcore2.NetworkError,
+    httpcore2.TimeoutException,
+    httpcore2.ProtocolError,
+    TimeoutError,
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+
+
 def no_answer(seconds: float) -> str:
     """The words for every failure to get an HTTP answer, whatever it was: a closed port, a filtered
     one, a server that speaks something else, a broken TLS handshake. Identical for all, and never

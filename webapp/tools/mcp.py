@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -57,6 +58,7 @@ _NOT_IN_NAMES = re.compile(r"[^a-zA-Z0-9_-]")
 NAME_LIMIT = 128  # the Messages API's longest tool name
 ERROR_CHARS = 2000  # of a server's error text, fenced, in an error result
 _SEALING = "mcp server headers"
+log = logging.getLogger(__name__)
 
 
 class McpError(Exception):
@@ -197,8 +199,11 @@ def _reason(exc: BaseException, access: Access, refusals: list[int]) -> str:
         return f"it answered HTTP {exc.response.status_code}"
     if isinstance(exc, MCPError):
         return f"it answered HTTP {refusals[-1]}" if refusals else f"it answered with MCP error {exc.code}"
-    if access.url:
+    if access.url and isinstance(exc, outbound.TRANSPORT_FAILURES):
         return outbound.no_answer(access.timeout)
+    if access.url:  # a fault of the desk's own: its type for people, the whole of it in the operator's log
+        log.error("MCP server %s at %s failed unexpectedly", access.server, access.url, exc_info=exc)
+        return f"it failed unexpectedly ({type(exc).__name__}); the desk's log has the details"
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
     text = str(exc).strip()
