@@ -59,6 +59,12 @@ def refusal(tmp_path, **env: str) -> str:
             "too-short",
             "METRICS_TOKEN must be at least 16 characters; e.g. METRICS_TOKEN=$(openssl rand -hex 24)",
         ),
+        (
+            "OUTBOUND_ALLOW",
+            "nonsense",
+            "OUTBOUND_ALLOW entries are host:port (or host:* for any port), comma-separated, an IPv6 address in "
+            "brackets, e.g. OUTBOUND_ALLOW=127.0.0.1:5299,mcp.internal:443; got 'nonsense'",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_in_one_sentence_saying_what_would_do(tmp_path, name, value, sentence):
@@ -140,6 +146,7 @@ def test_values_are_read_as_people_write_them(tmp_path):
             "EXTRA_TOOLS": " tests.task_tools:Countdown, ",
             "METRICS_TOKEN": "  0123456789abcdef  ",
             "ANTHROPIC_MODEL": "claude-other",
+            "OUTBOUND_ALLOW": " 127.0.0.1:5299 ,Mcp.Internal:*, [::1]:8080",
         }
     )
     assert config.secure_cookies is True
@@ -150,6 +157,8 @@ def test_values_are_read_as_people_write_them(tmp_path):
     assert config.extra_tools == ("tests.task_tools:Countdown",)
     assert config.metrics_token == "0123456789abcdef"
     assert config.model == "claude-other"
+    assert config.outbound_allow == ("127.0.0.1:5299", "mcp.internal:*", "[::1]:8080")
+    assert Config.from_env({"INSTANCE_PATH": str(tmp_path)}).outbound_allow == ()  # by default: public addresses only
 
 
 def test_paths_and_the_secret_key_live_under_the_instance_path(tmp_path, monkeypatch):

@@ -26,6 +26,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from webapp import outbound
+
 
 class ConfigError(RuntimeError):
     """A setting is missing or malformed; the message says which and how to fix it."""
@@ -105,6 +107,10 @@ def _tool_paths(value: Any) -> Any:
         if not module or not name.isidentifier():
             raise ValueError(f"entries are package.module:ToolClass, comma-separated; got {entry!r}")
     return entries
+
+
+def _outbound_allow(value: Any) -> Any:
+    return outbound.allow_entries(value) if isinstance(value, str) else value
 
 
 def _web_address(url: str) -> str:
@@ -361,6 +367,12 @@ class Config(_LogSettings):
     # name (`flask mcp add`). Set but empty is refused: it would open every variable.
     mcp_secret_prefix: Annotated[str, AfterValidator(_secret_prefix)] = _text(
         "MCP_SECRET_PREFIX", "MCP_SECRET_", blank_is_a_value=True
+    )
+    # the private addresses the desk may call on a tenant's behalf all the same (webhooks, MCP servers,
+    # model endpoints; webapp/outbound.py): "host:port" or "host:*" entries, comma-separated. Default:
+    # none, only public addresses
+    outbound_allow: Annotated[tuple[str, ...], BeforeValidator(_outbound_allow)] = Field(
+        (), validation_alias="OUTBOUND_ALLOW"
     )
 
     @model_validator(mode="before")

@@ -7,6 +7,10 @@ and enqueues one delivery job per channel; each job sends one notice here and lo
 `notification_deliveries`, and RQ retries a failed one with backoff. Messages are written for people:
 the tool in words (tools/presenting.py), never the text written for the model.
 
+A webhook reaches only public addresses (webapp/outbound.py; OUTBOUND_ALLOW names the exceptions):
+its address is checked when saved and every send connects through the guard. What the receiver
+answers is never shown beyond its HTTP status, and every failure to get an answer reads the same.
+
 The webhook's signature, as Slack signs its own requests: `X-Desk-Timestamp` (Unix seconds) and
 `X-Desk-Signature: v1=<hex>`, the HMAC-SHA256 with the secret of `v1:<timestamp>:<body>`. A receiver
 recomputes it over the raw body and refuses old timestamps.
@@ -22,6 +26,7 @@ import secrets
 import smtplib
 import ssl
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from email.message import EmailMessage
 from urllib.parse import urlsplit
@@ -30,7 +35,7 @@ import httpx2
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from webapp import sealing
+from webapp import outbound, sealing
 from webapp.agent.states import CallStatus
 from webapp.config import Config
 from webapp.models import NotificationChannel, NotificationDelivery, Tenant, ToolCall, User, utcnow
@@ -55,8 +60,9 @@ class DeliveryFailed(RuntimeError):
 # --- the settings of a channel ------------------------------------------------------------------
 
 
-def webhook_url(raw: str) -> str:
-    """The webhook's address, checked: http(s), a host, no spaces."""
+def webhook_url(raw: str, allow: Iterable[str]) -> str:
+    """The webhook's address, checked: http(s), a host, no spaces, and an address the desk may call
+    (`allow`: OUTBOUND_ALLOW). A ChannelError caused by an outbound.AddressRefused is a refusal."""
     url = (raw or "").strip()
     if not url:
         raise ChannelError("Give the webhook's address, e.g. https://hooks.slack.com/services/….")
@@ -74,6 +80,10 @@ def webhook_url(raw: str) -> str:
         )
     if parts.username or parts.password:
         raise ChannelError("Leave the user name and password out of the webhook's address; the desk signs its calls.")
+    try:
+        outbound.check_url(url, allow)
+    except outbound.OutboundError as exc:
+        raise ChannelError(str(exc)) from exc
     return url
 
 
@@ -250,19 +260,26 @@ def send_webhook(config: Config, channel: NotificationChannel, notice: Notice) -
         "X-Desk-Signature": signature(secret, timestamp, body),
         "X-Desk-Kind": notice.kind,
     }
+    seconds = config.notify_timeout_seconds
     try:
-        with httpx2.Client(timeout=config.notify_timeout_seconds, follow_redirects=False) as client:
-            response = client.post(channel.url, content=body, headers=headers)
-    except httpx2.HTTPError as exc:
-        return Outcome(False, error=f"Could not reach the webhook: {exc or type(exc).__name__}"[:500])
-    if 200 <= response.status_code < 300:
-        return Outcome(True, response.status_code)
-    said = " ".join(response.text.split())[:200]
+        with outbound.client(config.outbound_allow, timeout=seconds) as client:
+            with client.stream("POST", channel.url, content=body, headers=headers) as response:
+                status = response.status_code  # the body is never read: what a receiver says is not repeated
+    except outbound.OutboundError as exc:  # a setting to change, not worth another try
+        return Outcome(False, error=str(exc), retry=False)
+    except httpx2.HTTPError:
+        return Outcome(
+            False,
+            error=f"The webhook could not be reached ({outbound.no_answer(seconds)}). Check its address, and that "
+            "the receiver is up.",
+        )
+    if 200 <= status < 300:
+        return Outcome(True, status)
     return Outcome(
         False,
-        response.status_code,
-        f"The webhook answered HTTP {response.status_code}{': ' + said if said else ''}",
-        retry=response.status_code in (408, 425, 429) or response.status_code >= 500,
+        status,
+        f"The webhook answered HTTP {status} (its receiver's own log says why).",
+        retry=status in (408, 425, 429) or status >= 500,
     )
 
 

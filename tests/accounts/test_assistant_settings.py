@@ -126,6 +126,12 @@ def models_of(read, slug: str) -> tuple:
 
 
 @pytest.fixture
+def env(env) -> dict[str, str]:
+    """The private address the endpoints below are registered at (never called): OUTBOUND_ALLOW names it."""
+    return {**env, "OUTBOUND_ALLOW": "10.0.0.7:8080"}
+
+
+@pytest.fixture
 def registered(cli):
     for name, model in (("big", "claude-sonnet-4-5"), ("mini", "claude-haiku-4-5")):
         added = cli(

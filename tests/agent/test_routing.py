@@ -6,6 +6,7 @@ is built as the worker builds it (Services.loop, the real choice_for)."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import select
@@ -37,7 +38,9 @@ def small():
 @pytest.fixture
 def desk(session, model, small, tmp_path: Path) -> Services:
     """acme served by `big` (the `model` server) with `mini` (the `small` server) as its small endpoint."""
-    config = Config.from_env({"SECRET_KEY": "routing-test", "MODEL_MAX_RETRIES": "0", "INSTANCE_PATH": str(tmp_path)})
+    allowed = f"{urlsplit(model.url).netloc},{urlsplit(small.url).netloc}"  # the two local servers, no more
+    settings = {"SECRET_KEY": "routing-test", "MODEL_MAX_RETRIES": "0", "INSTANCE_PATH": str(tmp_path)}
+    config = Config.from_env({**settings, "OUTBOUND_ALLOW": allowed})
     endpoints.add_endpoint(session, config, "big", base_url=model.url, model=BIG, api_key="k1")
     endpoints.add_endpoint(session, config, "mini", base_url=small.url, model=MINI)
     endpoints.set_tenant_endpoint(session, "acme", "big", "mini", allow=True)  # (as an operator does)

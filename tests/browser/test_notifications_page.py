@@ -18,6 +18,12 @@ def hook():
     receiver.close()
 
 
+@pytest.fixture
+def env(env, hook) -> dict[str, str]:
+    """The receiver's port is the one private address the live server may call (OUTBOUND_ALLOW)."""
+    return {**env, "OUTBOUND_ALLOW": f"127.0.0.1:{hook.port}"}
+
+
 def test_an_admin_sets_up_a_webhook_sees_its_secret_once_and_sends_a_signed_test(page_for, console, hook):
     page = page_for("admin@acme.test")
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Notifications").click()

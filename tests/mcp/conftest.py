@@ -1,6 +1,8 @@
 """The MCP tests' parts: the warehouse MCP server (tests/mcp/warehouse.py) in a subprocess on a free port,
-over the real streamable HTTP transport; the stdio server that tells what it was started with; reading
-the audit log, the servers and a tool's calls as the tests need them."""
+over the real streamable HTTP transport (the desk may call that one port of 127.0.0.1, OUTBOUND_ALLOW in
+the app's and the workers' settings, and no other private address: the outbound guard stays on); the
+stdio server that tells what it was started with; reading the audit log, the servers and a tool's calls
+as the tests need them."""
 
 from __future__ import annotations
 
@@ -74,11 +76,15 @@ def stdio_command(reservations: Path) -> str:
     return f"{sys.executable} {SCRIPT} --stdio --reservations {reservations}"
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class Warehouse:
-    def __init__(self, tmp_path: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+    def __init__(self, tmp_path: Path, port: int) -> None:
+        self.port = port
         self.reservations = tmp_path / "reservations.jsonl"
         self.hold = tmp_path / "hold"
         self.log = tmp_path / "warehouse.log"
@@ -128,7 +134,18 @@ class Warehouse:
 
 
 @pytest.fixture
-def warehouse(tmp_path) -> Iterator[Warehouse]:
-    server = Warehouse(tmp_path).start()
+def warehouse_port() -> int:
+    """The warehouse's port, known before the app is built: the one private address it may call."""
+    return free_port()
+
+
+@pytest.fixture
+def env(env, warehouse_port) -> dict[str, str]:
+    return {**env, "OUTBOUND_ALLOW": f"127.0.0.1:{warehouse_port}"}
+
+
+@pytest.fixture
+def warehouse(tmp_path, warehouse_port) -> Iterator[Warehouse]:
+    server = Warehouse(tmp_path, warehouse_port).start()
     yield server
     server.stop()

@@ -155,7 +155,7 @@ def test_every_failed_add_from_the_page_leaves_its_audit_event_and_never_a_heade
         ("warehouse", "http://mcp\\x00.example/mcp", []),
     ]
     reasons = [e.data["reason"] for e in refused]
-    assert "The MCP server warehouse at http://127.0.0.1:1/mcp cannot be reached: ConnectError" in reasons[0]
+    assert "The address http://127.0.0.1:1 was refused: private address (127.0.0.1, loopback)." in reasons[0]
     assert "is not a server name" in reasons[1] and "is not a server URL" in reasons[2]
     assert reasons[3].startswith("A header line has no colon")
     assert {(e.actor_label, e.tenant_id) for e in refused} == {(ADMIN, acme())}

@@ -4,6 +4,7 @@ checked before use, and a server started by the desk over stdio."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -62,7 +63,8 @@ def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse, 
     [
         (["add", "w", "--url", "ftp://example.com", "--tenant", "acme"], "'ftp://example.com' is not a server URL"),
         (["add", "w", "--url", "not a url", "--tenant", "acme"], "is not a server URL: give one like"),
-        (["add", "w", "--url", "http://127.0.0.1:1/mcp", "--tenant", "acme"], "cannot be reached: ConnectError"),
+        (["add", "w", "--url", "http://[::1/mcp", "--tenant", "acme"], "is not a server URL: give one like"),
+        (["add", "w", "--url", "http://127.0.0.1:1/mcp", "--tenant", "acme"], "refused: private address (127.0.0.1"),
         (["add", "w", "--url", "http://127.0.0.1:1/mcp", "--tenant", "nowhere"], "There is no tenant 'nowhere'"),
         (["add", "w", "--url", "http://127.0.0.1:1/mcp", "--tenant", "~operations"], "There is no tenant"),
         (["add", "Big Name", "--url", "http://127.0.0.1:1/mcp", "--tenant", "acme"], "is not a server name"),
@@ -114,7 +116,7 @@ def test_headers_are_sent_sealed_or_from_the_environment(cli, tmp_path, warehous
     warehouse.stop()
     warehouse.start(token="t0ken")
     refused = cli("mcp", "add", "warehouse", "--url", warehouse.url, "--tenant", "acme")
-    assert refused.exit_code == 2 and "cannot be reached" in refused.output
+    assert refused.exit_code == 2 and "could not be reached (it answered HTTP 401)" in refused.output
     sealed = cli(
         "mcp", "add", "warehouse", "--url", warehouse.url, "--tenant", "acme", "--header", "Authorization: Bearer t0ken"
     )
@@ -125,7 +127,7 @@ def test_headers_are_sent_sealed_or_from_the_environment(cli, tmp_path, warehous
     )
     assert from_env.exit_code == 0, from_env.output
     monkeypatch.setenv("WAREHOUSE_AUTH", "Bearer wrong")
-    assert "cannot be reached" in cli("mcp", "sync", "w2", "--tenant", "acme").output  # read at each use
+    assert "it answered HTTP 401" in cli("mcp", "sync", "w2", "--tenant", "acme").output  # read at each use
 
 
 def test_the_admin_page_adds_syncs_and_removes_and_keeps_what_was_typed(app, warehouse):
@@ -135,7 +137,7 @@ def test_the_admin_page_adds_syncs_and_removes_and_keeps_what_was_typed(app, war
     typed = {"name": "warehouse", "url": "http://127.0.0.1:1/mcp", "headers": "Authorization: Bearer abc"}
     refused = admin.post("/admin/mcp", typed)
     assert refused.status_code == 422
-    assert "The MCP server warehouse at http://127.0.0.1:1/mcp cannot be reached" in refused.text
+    assert "The address http://127.0.0.1:1 was refused: private address (127.0.0.1, loopback)" in refused.text
     assert 'value="http://127.0.0.1:1/mcp"' in refused.text and "Authorization: Bearer abc</textarea>" in refused.text
 
     added = admin.post("/admin/mcp", {"name": "warehouse", "url": warehouse.url, "headers": "X-Key: k3y-value"})
@@ -210,3 +212,14 @@ def test_a_server_started_by_the_desk_over_stdio(app, cli, tmp_path):
     failed = registry.run("mcp_local__lookup_stock", {"sku": "SKU-404"}, context, 8000)
     assert failed.is_error and failed.content.startswith("The MCP server local reported an error:\n<tool_output")
     assert os.environ.get("WAREHOUSE_TOKEN") is None
+
+
+def test_a_server_is_reached_from_a_thread_that_already_runs_an_event_loop(warehouse):
+    # Playwright's sync API (the browser tests) leaves one running in a test process's thread, and
+    # anyio.run refuses to nest a loop: the MCP client then runs in a thread of its own.
+    access = mcp.Access(server="warehouse", url=warehouse.url, command=None, allow=(f"127.0.0.1:{warehouse.port}",))
+
+    async def inside_a_loop():
+        return mcp.fetch_tools(access)
+
+    assert {tool["name"] for tool in asyncio.run(inside_a_loop())} == {"lookup_stock", "reserve_stock"}

@@ -1,6 +1,7 @@
 """Reminders and escalation of waiting calls, end to end on real parts: a local HTTP receiver that
 checks each webhook's signature (and can fail the first attempts), a local SMTP server (aiosmtpd),
-RQ workers running the delivery jobs, and the admin page through real sign-ins."""
+RQ workers running the delivery jobs, and the admin page through real sign-ins. The receivers' ports
+are the only private addresses the desk may call (OUTBOUND_ALLOW): the outbound guard stays on."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 
 PUBLIC_URL = "https://desk.example.test"
+ANSWERED_503 = "The webhook answered HTTP 503 (its receiver's own log says why)."
 
 
 class Receiver:
@@ -72,7 +74,8 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/desk"
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hooks/desk"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -115,22 +118,32 @@ def mailbox():
 
 
 @pytest.fixture
-def receiver():
-    made: list[Receiver] = []
-
-    def make(fail_first: int = 0) -> Receiver:
-        made.append(Receiver(fail_first))
-        return made[-1]
-
-    yield make
-    for each in made:
+def receivers():
+    """Two receivers, started before the app so that OUTBOUND_ALLOW can name their ports."""
+    pool = [Receiver(), Receiver()]
+    yield pool
+    for each in pool:
         each.close()
 
 
 @pytest.fixture
-def notify_env(mailbox, env) -> dict[str, str]:
+def receiver(receivers):
+    """receiver(fail_first): the next receiver of the pool, answering 503 to its first requests."""
+    handed: list[Receiver] = []
+
+    def make(fail_first: int = 0) -> Receiver:
+        handed.append(receivers[len(handed)])
+        handed[-1].fail_first = fail_first
+        return handed[-1]
+
+    return make
+
+
+@pytest.fixture
+def notify_env(mailbox, env, receivers) -> dict[str, str]:
     return {
         **env,
+        "OUTBOUND_ALLOW": ",".join(f"127.0.0.1:{each.port}" for each in receivers),
         "PUBLIC_URL": PUBLIC_URL,
         "SMTP_HOST": "127.0.0.1",
         "SMTP_PORT": str(mailbox.port),
@@ -289,8 +302,8 @@ def test_the_webhook_secret_is_shown_once_signs_every_message_and_rotates(app, r
     assert admin.post("/admin/notifications/webhook", {"url": failing.url}).status_code == 303  # same secret
     admin.post("/admin/notifications/webhook/test")
     page = words(admin.get("/admin/notifications").text)
-    assert "The test webhook was not delivered: The webhook answered HTTP 503: busy, try later" in page
-    assert "Failed: The webhook answered HTTP 503: busy, try later" in page
+    assert f"The test webhook was not delivered: {ANSWERED_503}" in page and f"Failed: {ANSWERED_503}" in page
+    assert "busy, try later" not in page  # what a receiver says is never repeated
 
 
 def test_the_admin_page_refuses_bad_settings_with_the_reason_and_keeps_what_was_typed(app):
@@ -386,12 +399,13 @@ def test_a_failing_webhook_is_retried_with_backoff_every_attempt_logged_then_del
     hook = receiver(fail_first=2)
     hook.secret = set_up_webhook(app, hook.url)
     (call,) = waiting_calls(api, model, refund(4471, 9000))
-    workers(**{key: notify_env[key] for key in ("PUBLIC_URL", "NOTIFY_RETRY_INTERVALS", "NOTIFY_TIMEOUT_SECONDS")})
+    settings = ("PUBLIC_URL", "NOTIFY_RETRY_INTERVALS", "NOTIFY_TIMEOUT_SECONDS", "OUTBOUND_ALLOW")
+    workers(**{key: notify_env[key] for key in settings})
     make_due([call], "reminder")  # the worker's own sweep ticker finds it
     wait_until(lambda: any(row.status == "delivered" for row in deliveries()), 40, "the reminder to be delivered")
     assert [(row.attempt, row.status, row.http_status, row.error) for row in deliveries()] == [
-        (1, "failed", 503, "The webhook answered HTTP 503: busy, try later"),
-        (2, "failed", 503, "The webhook answered HTTP 503: busy, try later"),
+        (1, "failed", 503, ANSWERED_503),
+        (2, "failed", 503, ANSWERED_503),
         (3, "delivered", 200, None),
     ]
     assert len(hook.requests) == 3 and all(request["signed"] for request in hook.requests)
@@ -402,7 +416,7 @@ def test_a_failing_webhook_is_retried_with_backoff_every_attempt_logged_then_del
     html = sign_in(app, "admin@acme.test").get("/admin/notifications").text
     assert f'reminder of <a href="/approvals/{call.id}">call {call.id}</a>' in html
     page = words(html)
-    assert "2 failures among them" in page and "Failed: The webhook answered HTTP 503: busy, try later" in page
+    assert "2 failures among them" in page and f"Failed: {ANSWERED_503}" in page
 
 
 def test_endpoint_keys_sealed_before_the_shared_helper_still_open():

@@ -32,6 +32,13 @@ REVISION = "0019_endpoint_tenants"
 
 
 @pytest.fixture
+def env(env) -> dict[str, str]:
+    """The private addresses these endpoints are registered at: OUTBOUND_ALLOW names them (the guard has
+    its own tests, tests/llm/test_endpoint_addresses.py; here local model servers start mid-test)."""
+    return {**env, "OUTBOUND_ALLOW": "10.0.0.9:8080,127.0.0.1:*"}
+
+
+@pytest.fixture
 def events(read):
     """events(action): this test's audit events of that action (the audit log outlives a test)."""
     start = read(lambda s: s.scalar(select(func.max(AuditEvent.id)))) or 0

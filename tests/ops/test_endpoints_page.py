@@ -28,6 +28,12 @@ GOOD = {
 
 
 @pytest.fixture
+def env(env) -> dict[str, str]:
+    """The local addresses these endpoints are registered at (never called): OUTBOUND_ALLOW names them."""
+    return {**env, "OUTBOUND_ALLOW": "127.0.0.1:11434,127.0.0.1:9"}
+
+
+@pytest.fixture
 def operator(app):
     return sign_in(app, OPERATOR)
 

@@ -12,7 +12,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from webapp import audit_chain, identity, notify
+from webapp import audit_chain, identity, notify, outbound
 from webapp.config import Config
 from webapp.conversations import actions as conversation_actions
 from webapp.llm import endpoints
@@ -137,10 +137,37 @@ def _saved(session: Session, actor: User, channel: NotificationChannel, action: 
         ) from None
 
 
+def audit_refused_address(
+    session: Session, error: Exception, purpose: str, tenant_id: int | None, actor: User | None, actor_label=None
+) -> None:
+    """An address refused by the outbound guard (behind `error`) is audited and committed, the rest
+    of the attempt rolled back; an error of any other kind is left alone. `purpose`: what the
+    address was for ("webhook", "mcp server", "model endpoint")."""
+    refusal = outbound.refusal_behind(error)
+    if refusal is None:
+        return
+    session.rollback()
+    audit_chain.record(
+        session,
+        "outbound_refused",
+        tenant_id=tenant_id,
+        actor=actor,
+        actor_label=actor_label,
+        outcome="refused",
+        data={"for": purpose, **refusal.audit_data()},
+    )
+    session.commit()
+
+
 def save_webhook(session: Session, config: Config, actor: User, url: str) -> tuple[NotificationChannel, str | None]:
     """Set the tenant's webhook address; a new webhook gets a signing secret, returned this once
-    (None when only the address changed). ChannelError says what is wrong with the address."""
-    url = notify.webhook_url(url)
+    (None when only the address changed). ChannelError says what is wrong with the address; a
+    refused address is audited."""
+    try:
+        url = notify.webhook_url(url, config.outbound_allow)
+    except notify.ChannelError as exc:
+        audit_refused_address(session, exc, "webhook", actor.tenant_id, actor)
+        raise
     channel = notify.channels(session, actor.tenant_id).get("webhook")
     secret = None
     if channel is None:

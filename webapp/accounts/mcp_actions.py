@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from webapp import audit_chain
 from webapp.accounts import policy_actions
+from webapp.accounts.actions import audit_refused_address
 from webapp.agent import policies
 from webapp.models import McpServer, McpTool, PolicyChange, ToolPolicy, User
 from webapp.runtime.services import services
@@ -107,6 +108,7 @@ def add(
     except McpError as exc:
         session.rollback()
         refused_add(session, tenant_id, actor, name, str(exc), **attempt)
+        audit_refused_address(session, exc, "mcp server", tenant_id, actor, None if actor else "command line")
         raise
     except (IntegrityError, DataError) as error:
         session.rollback()

@@ -69,6 +69,7 @@ ACTIONS = (
     "mcp_tool_held",
     "mcp_tool_released",
     "mcp_server_removed",
+    "outbound_refused",
 )
 OUTCOMES = (
     "succeeded",

@@ -18,6 +18,8 @@ from typing import Any
 import anthropic
 import httpx2
 
+from webapp import outbound
+
 
 class ModelError(Exception):
     """A model call that failed. `transient` errors are worth retrying; `message` is for people."""
@@ -153,6 +155,8 @@ def model_error(exc: Exception) -> ModelError:
         return _status_error(exc)
     if isinstance(exc, anthropic.APITimeoutError):
         return ModelError("timeout", "The model service did not answer in time.", transient=True)
+    if refusal := outbound.refusal_behind(exc):  # a registered endpoint at an address the guard refuses
+        return ModelError("address_refused", f"{refusal} Ask the desk's operator.", transient=False)
     if isinstance(exc, anthropic.APIConnectionError):
         return ModelError("unreachable", "The model service could not be reached.", transient=True)
     return ModelError("bad_response", "The model service sent a reply that could not be read.", transient=True)
@@ -209,6 +213,13 @@ def _cancelled(stream, started: float) -> ModelReply:
 
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     status = exc.status_code
+    if 300 <= status < 400:  # the desk's clients follow no redirect (webapp/outbound.py)
+        return ModelError(
+            "request_rejected",
+            f"The model service answered HTTP {status}, a redirect, which the desk does not follow; give the "
+            "endpoint's own base URL.",
+            transient=False,
+        )
     if status < 400:  # an `event: error` inside a 200 stream
         error_type = getattr(exc, "type", None) or _error_body(exc).get("type")
         if error_type in TRANSIENT_ERROR_TYPES:
@@ -250,7 +261,10 @@ def _error_body(exc: anthropic.APIStatusError) -> dict:
 
 
 def _error_detail(exc: anthropic.APIStatusError) -> str:
-    return str(_error_body(exc).get("message") or exc.message)[:500]
+    """The API's own error message; of any other body nothing (a server that is not the API is
+    named by its status only, never by what it sent)."""
+    message = _error_body(exc).get("message")
+    return str(message)[:500] if message else f"HTTP {exc.status_code}"
 
 
 def _blocks(content: list[Any]) -> list[dict]:

@@ -25,7 +25,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import case, exists, select
 from sqlalchemy.orm import Session
 
-from webapp import audit_chain, sealing
+from webapp import audit_chain, outbound, sealing
 from webapp.config import Config
 from webapp.llm.client import ModelClient, ModelError, ModelReply
 from webapp.llm.react import ReactClient
@@ -226,6 +226,10 @@ def _apply(
         )
     if len(base_url.strip()) > 500:
         raise EndpointError("The base URL is longer than 500 characters; check it.", "base_url")
+    try:  # last: it may look the name up
+        outbound.check_url(base_url.strip(), config.outbound_allow)
+    except outbound.OutboundError as exc:
+        raise EndpointError(str(exc), "base_url") from exc
     endpoint.base_url = base_url.strip().rstrip("/")
     endpoint.model = model.strip()
     endpoint.protocol = protocol
@@ -583,7 +587,14 @@ def _client(session: Session, config: Config, endpoint_id: int | None) -> Choice
     endpoint = session.get(ModelEndpoint, endpoint_id) if endpoint_id is not None else None
     if endpoint is None:
         return None
-    key = (endpoint.id, endpoint.updated_at, config.model_timeout_seconds, config.model_max_retries, config.max_tokens)
+    key = (
+        endpoint.id,
+        endpoint.updated_at,
+        config.model_timeout_seconds,
+        config.model_max_retries,
+        config.max_tokens,
+        config.outbound_allow,
+    )
     with _choices_lock:
         client = _endpoint_clients.get(key)
     if client is None:
@@ -592,6 +603,14 @@ def _client(session: Session, config: Config, endpoint_id: int | None) -> Choice
             base_url=endpoint.base_url,
             timeout=config.model_timeout_seconds,
             max_retries=config.model_max_retries,
+            # A registered endpoint is reached through the outbound guard: public addresses only (or
+            # OUTBOUND_ALLOW's), and no redirect (the SDK's own client follows them). The SDK's
+            # connection limits stay, and its timeout (above) holds per request.
+            http_client=anthropic.DefaultHttpxClient(
+                transport=outbound.GuardedTransport(config.outbound_allow, anthropic.DEFAULT_CONNECTION_LIMITS),
+                follow_redirects=False,
+                trust_env=False,
+            ),
         )
         kind = ReactClient if endpoint.protocol == "react" else ModelClient
         client = kind(sdk, endpoint.model, config.max_tokens, endpoint=endpoint.name)

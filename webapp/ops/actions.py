@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from sqlalchemy.orm import Session
 
-from webapp import audit_chain
+from webapp import audit_chain, outbound
 from webapp.agent import policies
 from webapp.config import Config
 from webapp.llm import endpoints
@@ -33,8 +33,9 @@ def add_endpoint(
         may_use = [endpoints.tenant_named(session, slug) for slug in tenants]
         endpoint = endpoints.add_endpoint(session, config, name, **fields)
         allowed = endpoints.allow_tenants(session, endpoint, may_use)
-    except endpoints.EndpointError:
+    except endpoints.EndpointError as exc:
         session.rollback()
+        _audit_refused_address(session, exc, actor, actor_label)
         raise
     audit_chain.record(
         session,
@@ -60,8 +61,9 @@ def change_endpoint(
     """Change a registered endpoint (see endpoints.update_endpoint for the key's fields)."""
     try:
         before = endpoints.update_endpoint(session, config, endpoint, **fields)
-    except endpoints.EndpointError:
+    except endpoints.EndpointError as exc:
         session.rollback()
+        _audit_refused_address(session, exc, actor, None)
         raise
     after = endpoints.snapshot(endpoint)
     data = {"before": before, "after": after, "key_replaced": bool(fields.get("api_key"))}
@@ -162,3 +164,20 @@ def set_access(
         disallow=sorted((listed_slugs - ticked_slugs) & now),
         actor=actor,
     )
+
+
+def _audit_refused_address(session: Session, error: Exception, actor: User | None, actor_label: str | None) -> None:
+    """A base URL the outbound guard refused (webapp/outbound.py) is audited on the global chain."""
+    refusal = outbound.refusal_behind(error)
+    if refusal is not None:
+        data = {"for": "model endpoint", **refusal.audit_data()}
+        audit_chain.record(
+            session,
+            "outbound_refused",
+            tenant_id=None,
+            actor=actor,
+            actor_label=actor_label,
+            outcome="refused",
+            data=data,
+        )
+        session.commit()

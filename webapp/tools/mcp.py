@@ -27,8 +27,10 @@ Nothing here loads Flask, RQ or Redis.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -36,6 +38,7 @@ import shutil
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,7 +50,7 @@ import jsonschema
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp import audit_chain, sealing
+from webapp import audit_chain, outbound, sealing
 from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
 from webapp.tools.registry import Concern, InvalidInput, Tool, ToolContext, ToolError, wrap_output
@@ -68,6 +71,7 @@ ONLY_OPERATORS_START = (
     "Only the desk's operator can add a server that the desk starts; ask them to run "
     '`flask mcp add NAME --command "..." --tenant SLUG`, or give the URL of a server that is already running.'
 )
+log = logging.getLogger(__name__)
 
 
 class McpError(Exception):
@@ -125,6 +129,7 @@ class Access:
     timeout: float = 30.0
     tries: int = 3
     retry_seconds: float = 0.5
+    allow: tuple[str, ...] = ()  # OUTBOUND_ALLOW: the private addresses a URL may reach all the same
 
     @classmethod
     def of(cls, server: McpServer, config: Config) -> Access:
@@ -141,6 +146,7 @@ class Access:
             timeout=config.mcp_timeout_seconds,
             tries=config.mcp_tries,
             retry_seconds=config.mcp_retry_seconds,
+            allow=config.outbound_allow,
         )
 
     def where(self) -> str:
@@ -210,14 +216,25 @@ def _source(stored: dict) -> tuple[str, str]:
 
 
 @asynccontextmanager
-async def _opened(access: Access):
-    """An initialised client session with the server."""
+async def _opened(access: Access, refusals: list[int] | None = None):
+    """An initialised client session with the server. The HTTP status of each POST the server
+    answered with other than 2xx is appended to `refusals` (the SDK turns them into MCP errors)."""
     from mcp.client.client import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
-    if access.url:
-        async with httpx2.AsyncClient(headers=access.header_values(), timeout=httpx2.Timeout(access.timeout)) as http:
+    if access.url:  # through the outbound guard: public addresses only, no redirect, no proxy
+
+        async def noted(response: httpx2.Response) -> None:
+            if refusals is not None and response.request.method == "POST" and not response.is_success:
+                refusals.append(response.status_code)
+
+        async with outbound.async_client(
+            access.allow,
+            headers=access.header_values(),
+            timeout=httpx2.Timeout(access.timeout),
+            event_hooks={"response": [noted]},
+        ) as http:
             async with Client(
                 streamable_http_client(access.url, http_client=http), cache=None, read_timeout_seconds=access.timeout
             ) as client:
@@ -236,19 +253,34 @@ def _run(access: Access, work: Callable[[Client, list], Awaitable[Any]]) -> Any:
     marked the request sent (by appending to the list it is given) is _Unreachable, after it _Lost;
     the work's own ToolError and McpError pass through."""
     sent: list = []
+    refusals: list[int] = []
 
     async def main():
         with anyio.fail_after(access.timeout):
-            async with _opened(access) as client:
+            async with _opened(access, refusals) as client:
                 return await work(client, sent)
 
     try:
-        return anyio.run(main)
+        return _synchronously(main)
     except Exception as exc:  # whatever the transport raised, said in words
         leaf = _leaf(exc)
         if isinstance(leaf, (ToolError, McpError)):
             raise leaf from None
-        raise (_Lost if sent else _Unreachable)(_reason(leaf)) from None
+        if isinstance(leaf, outbound.OutboundError):  # a setting to change: not worth another try
+            raise McpError(str(leaf)) from leaf
+        raise (_Lost if sent else _Unreachable)(_reason(leaf, access, refusals)) from None
+
+
+def _synchronously(main: Callable[[], Awaitable[Any]]) -> Any:
+    """Run the coroutine function to its end: in this thread (a worker slot's), or in a thread of its
+    own when this one already runs an event loop (anyio.run refuses to nest one: a caller driving
+    asyncio itself, such as Playwright's sync API in a test process)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(main)
+    with ThreadPoolExecutor(1, thread_name_prefix="mcp") as own:
+        return own.submit(anyio.run, main).result()
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -257,14 +289,23 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _reason(exc: BaseException) -> str:
-    """A failure in a few words ("ConnectError: All connection attempts failed")."""
+def _reason(exc: BaseException, access: Access, refusals: list[int]) -> str:
+    """A failure in a few words. A server at a URL is named only by its HTTP status or its MCP error
+    code, never by what it sent; every other failure (a closed port, a filtered one, one that speaks
+    something else, a timeout) reads the same, so an admin's URL cannot tell one port from another."""
     from mcp.shared.exceptions import MCPError
 
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return f"it answered HTTP {exc.response.status_code}"
+    if isinstance(exc, MCPError):
+        return f"it answered HTTP {refusals[-1]}" if refusals else f"it answered with MCP error {exc.code}"
+    if access.url and isinstance(exc, outbound.TRANSPORT_FAILURES):
+        return outbound.no_answer(access.timeout)
+    if access.url:  # a fault of the desk's own: its type for people, the whole of it in the operator's log
+        log.error("MCP server %s at %s failed unexpectedly", access.server, access.url, exc_info=exc)
+        return f"it failed unexpectedly ({type(exc).__name__}); the desk's log has the details"
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
-    if isinstance(exc, MCPError):
-        return f"it answered with an error: {exc}"
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -286,7 +327,10 @@ def fetch_tools(access: Access) -> list[dict]:
     try:
         tools = _run(access, lambda client, _sent: _listing(client))
     except (_Unreachable, _Lost) as exc:
-        raise McpError(f"The MCP server {access.server} at {access.where()} cannot be reached: {exc}.") from None
+        raise McpError(
+            f"The MCP server {access.server} at {access.where()} could not be reached ({exc}). Check the address "
+            "(and its headers), and that the server is up."
+        ) from None
     return [_plain(tool) for tool in tools]
 
 
@@ -602,8 +646,11 @@ def add_server(
     if bool(url) == bool(command):
         raise McpError("Give the server's URL (streamable HTTP) or the command that starts it (stdio), one of the two.")
     if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # e.g. an unclosed [ of an IPv6 address
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
             raise McpError(f"{url!r} is not a server URL: give one like https://mcp.example.com/mcp")
     if command:
         try:
@@ -624,6 +671,11 @@ def add_server(
         )
     if session.scalar(select(McpServer.id).where(McpServer.tenant_id == tenant_id, McpServer.name == name)):
         raise McpError(f"An MCP server named {name} already exists here; pick another name, or sync it.")
+    if url:  # last of the checks, before anything is connected to: a refused address is never reached
+        try:
+            outbound.check_url(url, config.outbound_allow)
+        except outbound.OutboundError as exc:
+            raise McpError(str(exc)) from exc
     server = McpServer(
         tenant_id=tenant_id,
         name=name,
