@@ -183,14 +183,9 @@ def _policies_page(refusal: _Refusal | None = None, change_refusal: tuple | None
         scopes=policy_rules.SCOPES,
         roles=ROLES,
         mode_words=policy_rules.MODE_WORDS,
-        described=_described,
+        asked_for=policy_actions.asked_for,
         hint_words=mcp.hint_words,
     )
-
-
-def _described(change) -> str:
-    """What a waiting change would make the rule say."""
-    return policy_rules.Policy(change.tool_name, **policy_rules.from_settings(change.proposed)).describe()
 
 
 def _tool(tool_name: str):

@@ -216,6 +216,11 @@ def changes(session: Session, tenant_id: int | None, status: str | None = PENDIN
     return list(session.scalars(query))
 
 
+def asked_for(change: PolicyChange) -> str:
+    """The rule a change asks for, in words."""
+    return Policy(change.tool_name, **policies.from_settings(change.proposed)).describe()
+
+
 def admin_count(session: Session, tenant_id: int) -> int:
     """The tenant's active admins (with one, the desk's operator is the second pair of eyes)."""
     people = session.scalars(select(User).where(User.tenant_id == tenant_id, User.active.is_(True)))

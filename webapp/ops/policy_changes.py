@@ -10,7 +10,6 @@ from flask_login import current_user
 from sqlalchemy import select
 
 from webapp.accounts import policy_actions
-from webapp.agent import policies
 from webapp.models import OPERATOR, Tenant
 from webapp.runtime.extensions import db
 from webapp.web.errors import Refused
@@ -53,10 +52,6 @@ def _page(refusal: tuple | None = None) -> str:
         pending=pending,
         tenants=tenants,
         admins={tenant_id: policy_actions.admin_count(db.session, tenant_id) for tenant_id in tenant_ids},
-        asked_for={change.id: _described(change) for change in pending},
+        asked_for=policy_actions.asked_for,
         refusal=refusal,
     )
-
-
-def _described(change) -> str:
-    return policies.Policy(change.tool_name, **policies.from_settings(change.proposed)).describe()
