@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,3 +24,33 @@ def test_every_import_contract_is_kept():
     result = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "BROKEN" not in result.stdout and "0 broken" in result.stdout
+
+
+# The desk's core: the loop, the approvals, the conversations, the audit log, the API and the runtime,
+# with their pages. They read what a tool declares (webapp.tools.Tool) and name no tool of their own.
+CORE = ("agent", "approvals", "conversations", "audit", "api", "runtime")
+
+
+def test_the_core_names_no_tool_and_no_argument_of_the_billing_demo():
+    from webapp.tools.billing import demo_registry
+
+    registry = demo_registry()
+    tools = set(registry.names())
+    arguments = {
+        name
+        for tool in tools
+        for name in registry.get(tool).argument_names()
+        if name.endswith(("_id", "_cents"))  # the billing demo's own arguments (invoice_id, amount_cents, ...)
+    }
+    assert {"issue_refund", "send_email"} <= tools and {"amount_cents", "invoice_id", "customer_id"} <= arguments
+    words = re.compile(r"\b(" + "|".join(sorted(tools | arguments)) + r")\b")
+    places = [*(ROOT / "webapp" / package for package in CORE), *(ROOT / "templates" / package for package in CORE)]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(1)}"
+        for place in places
+        for path in sorted(place.rglob("*"))
+        if path.suffix in (".py", ".html")
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        for match in words.finditer(line)
+    ]
+    assert found == [], "the core names billing tools or arguments:\n" + "\n".join(found)

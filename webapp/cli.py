@@ -254,7 +254,7 @@ def register(app: Flask) -> None:
         """Append COUNT synthetic, valid, hash-chained events to a tenant's chain (for performance tests)."""
         import time
 
-        from webapp.audit.synthetic import generate_events, tenant_for
+        from webapp.synthetic import generate_events, tenant_for
 
         tenant = tenant_for(tenant_slug)
         if tenant is None:

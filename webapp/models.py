@@ -308,7 +308,10 @@ class ToolCall(Base):
     input: Mapped[dict] = mapped_column(JSONType)
     status: Mapped[str] = mapped_column(String(32), index=True)
     acting_user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
-    customer_id: Mapped[int | None] = mapped_column(Integer)  # whom it acts on, for limits per customer
+    # the money it moves and what it acts on ("customer:4471"), as its tool says (Tool.amount,
+    # Tool.subject), for above-amount rules and the limits per subject
+    money_cents: Mapped[int | None] = mapped_column(Integer)
+    subject: Mapped[str | None] = mapped_column(String(200))
     requires_approval: Mapped[bool] = mapped_column(Boolean, default=False)
     approvals_required: Mapped[int] = mapped_column(Integer, default=0)
     policy: Mapped[dict | None] = mapped_column(JSONType)  # the policy (with its version) that flagged it

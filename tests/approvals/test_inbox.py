@@ -41,7 +41,7 @@ def test_the_inbox_lists_waiting_calls_oldest_first_with_what_a_reviewer_sorts_b
     first, second = waiting_calls(api, model, refund(4471, 9000), refund(4401, 20000))
     html = session_as(app, "reviewer@acme.test").get("/approvals").get_data(as_text=True)
     assert html.index(f'id="approval-{first.id}"') < html.index(f'id="approval-{second.id}"')
-    assert "$90.00 · invoice 4471" in html and "$200.00 · invoice 4401" in html
+    assert "Refund $90.00 on invoice 4471." in html and "Refund $200.00 on invoice 4401." in html
     assert "agent@acme.test" in html
     assert re.search(r'id="approvals-badge"[^>]*>2<', html)  # the navigation badge
 
@@ -168,7 +168,7 @@ def test_admins_change_a_policy_on_its_page_and_new_calls_follow_it(app, api, mo
     bad = admin.post("/admin/policies/send_email", data={"csrf_token": token, "mode": "never"})
     assert bad.status_code == 422 and "must wait for at least one person" in bad.get_data(as_text=True)
     for field, typed, says in (
-        ("amount_threshold", "100000", "no call would ever wait for a person"),  # the most a refund can be
+        ("amount_threshold", "100000", "The desk's operator caps issue_refund at $500.00"),  # the ceiling
         ("amount_threshold", "nan", "The amount limit must be a number."),
         ("amount_threshold", "1e400", "The amount limit must be a number."),
         ("ttl_hours", "inf", "Hours to decide must be a number."),

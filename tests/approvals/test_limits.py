@@ -50,13 +50,13 @@ def test_limits_per_customer_and_per_tenant_add_up_across_conversations_as_the_a
     page = admin.get("/admin/policies").get_data(as_text=True)
     assert (
         "Above $500.00 every call waits for a person (the desk's ceiling). Without a person, at most 3 calls and "
-        "$100.00 per conversation; $200.00 per customer in 24 hours; $500.00 for the whole tenant in 24 hours; "
+        "$100.00 per conversation; $200.00 per subject in 24 hours; $500.00 for the whole tenant in 24 hours; "
         "$300.00 per acting person in 24 hours." in unescape(page)
     )
     token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
     limits = {
         f"limit_{scope}_{kind}": ""
-        for scope in ("conversation", "customer_day", "tenant_day")
+        for scope in ("conversation", "subject_day", "tenant_day")
         for kind in ("count", "cents")
     }
     form = {
@@ -70,13 +70,13 @@ def test_limits_per_customer_and_per_tenant_add_up_across_conversations_as_the_a
     assert refused.status_code == 422 and "must be a whole number" in unescape(refused.get_data(as_text=True))
     saved = admin.post(
         "/admin/policies/issue_refund",
-        data=form | limits | {"limit_customer_day_cents": "30", "limit_tenant_day_count": "2"},
+        data=form | limits | {"limit_subject_day_cents": "30", "limit_tenant_day_count": "2"},
     )
     assert saved.status_code == 303
     second_admin_approves(app, "issue_refund")  # limits cleared let more run without a person: four eyes
     shown = unescape(admin.get("/admin/policies").get_data(as_text=True))
     assert (
-        "Without a person, at most $30.00 per customer in 24 hours; 2 calls for the whole tenant in 24 hours." in shown
+        "Without a person, at most $30.00 per subject in 24 hours; 2 calls for the whole tenant in 24 hours." in shown
     )
     assert 'name="limit_conversation_count" type="number" min="1" step="1" value=""' in shown  # cleared: no limit
 
@@ -92,10 +92,10 @@ def test_limits_per_customer_and_per_tenant_add_up_across_conversations_as_the_a
         "awaiting_approval",
     )
     assert same_customer.policy["limit"] == (
-        "With this one, $40.00 of issue_refund would run without a person per customer in 24 hours; "
+        "With this one, $40.00 of issue_refund would run without a person for customer 4471 in 24 hours; "
         "the limit is $30.00."
     )
     assert past_tenant.policy["limit"] == (
         "2 issue_refund calls already ran without a person for the whole tenant in 24 hours; the limit is 2."
     )
-    assert same_customer.customer_id == 4471 and other_customer.customer_id == 4472
+    assert same_customer.subject == "customer:4471" and other_customer.subject == "customer:4472"

@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import delete, select
 
 from tests.clients import session_as
-from webapp import audit_chain
-from webapp.audit import charts, costs, exports, queries, synthetic
+from webapp import audit_chain, synthetic
+from webapp.audit import charts, costs, exports, queries
 from webapp.models import AuditEvent, AuditHead, Conversation, Tenant, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services

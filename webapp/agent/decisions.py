@@ -166,6 +166,7 @@ def decide(
                 call,
                 input=edited_input,
                 original_input=call.original_input or call.input,
+                money_cents=tools.amount_of(call.name, edited_input),  # the inbox shows what it moves now
                 status=CallStatus.AWAITING_APPROVAL,
             )
         needed = max(call.approvals_required, 1)

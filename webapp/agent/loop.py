@@ -711,11 +711,11 @@ class Loop:
             self._settle(call, CallStatus.FAILED, problem, True)
             return call
         policy = policy_for(self.session, c.tenant_id, self.tools.get(call.name))
-        call.customer_id = self.tools.customer_of(call.name, call.input, self._context(call))
-        limit = (
-            None if policy.needs_approval(call.input) else policy.limit_reached(self.session, call, call.customer_id)
-        )
-        if limit or policy.needs_approval(call.input):
+        call.money_cents = self.tools.amount_of(call.name, call.input)
+        call.subject = self.tools.subject_of(call.name, call.input, self._context(call))
+        waits = policy.needs_approval(call.money_cents)
+        limit = None if waits else policy.limit_reached(self.session, call)
+        if limit or waits:
             call.requires_approval = True
             call.approvals_required = max(policy.approvals_required, 1)
             call.policy = {**policy.snapshot(), "limit": limit}

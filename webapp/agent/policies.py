@@ -21,12 +21,6 @@ from webapp.tools.registry import Tool
 
 MODES = ("never", "always", "above_amount")
 DAY = 24 * 3600
-# Defaults for sensitive tools of the demo toolset; any other sensitive tool: always, one approval.
-DEFAULTS = {
-    "issue_refund": ("above_amount", 5000, 1),
-    "send_email": ("always", None, 1),
-    "delete_account": ("always", None, 2),
-}
 
 
 class PolicyError(ValueError):
@@ -38,8 +32,8 @@ class PolicyError(ValueError):
 
 
 def has_amount(tool: Tool) -> bool:
-    """Whether the tool's calls carry an amount (`amount_cents`) that rules and limits can weigh."""
-    return "amount_cents" in tool.argument_names()
+    """Whether the tool's calls carry an amount (its `amount`) that rules and limits can weigh."""
+    return tool.moves_money()
 
 
 def modes_for(tool: Tool) -> tuple[str, ...]:
@@ -54,15 +48,16 @@ def modes_for(tool: Tool) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Limits:
-    """How much of a tool may run with no person, added up: per conversation, per customer in the
-    last 24 hours, per tenant in the last 24 hours and per acting person (whose conversation asked)
-    in the last 24 hours, as a number of calls and as an amount in cents (None: no limit). Past a
-    limit the call waits for a person like any flagged call."""
+    """How much of a tool may run with no person, added up: per conversation, per subject (what a call
+    acts on, as its tool says: a customer, an order) in the last 24 hours, per tenant in the last 24
+    hours and per acting person (whose conversation asked) in the last 24 hours, as a number of calls
+    and as an amount in cents (None: no limit). Past a limit the call waits for a person like any
+    flagged call."""
 
     conversation_count: int | None = None
     conversation_cents: int | None = None
-    customer_day_count: int | None = None
-    customer_day_cents: int | None = None
+    subject_day_count: int | None = None
+    subject_day_cents: int | None = None
     tenant_day_count: int | None = None
     tenant_day_cents: int | None = None
     person_day_count: int | None = None
@@ -93,22 +88,13 @@ class Limits:
 # Each limit's scope, in words for people.
 SCOPES = (
     ("conversation", "per conversation"),
-    ("customer_day", "per customer in 24 hours"),
+    ("subject_day", "per subject in 24 hours"),
     ("tenant_day", "for the whole tenant in 24 hours"),
     ("person_day", "per acting person in 24 hours"),
 )
 # What counts as having run (or being about to run) without a person: calls the policy let through,
 # not the ones that failed their checks or were stopped.
 _RAN = (CallStatus.PENDING, CallStatus.RUNNING, CallStatus.AWAITING_TASK, CallStatus.SUCCEEDED)
-DEFAULT_LIMITS = {
-    "issue_refund": Limits(
-        conversation_count=3,
-        conversation_cents=10_000,
-        customer_day_cents=20_000,
-        tenant_day_cents=50_000,
-        person_day_cents=30_000,
-    ),
-}
 # How strict each rule is, for telling a loosening from a tightening.
 _STRICTNESS = {"never": 0, "above_amount": 1, "always": 2}
 MODE_WORDS = {"never": "runs at once", "always": "always waits", "above_amount": "waits above an amount"}
@@ -136,15 +122,15 @@ class Policy:
     remind_after_seconds: int | None = None  # None: the default (DEFAULT_REMIND_AFTER_SECONDS)
     ceiling_cents: int | None = None  # the operator's: above it every call waits, whatever the rule
 
-    def needs_approval(self, arguments: dict) -> bool:
-        """Whether a call with these arguments must wait for people."""
+    def needs_approval(self, amount: int | None) -> bool:
+        """Whether a call that moves `amount` cents (as its tool says; None: it says none) must wait
+        for people. Under an amount rule or a ceiling, a call whose amount cannot be told waits."""
         if self.mode == "always":
             return True
-        amount = arguments.get("amount_cents")
-        if self.ceiling_cents is not None and (not isinstance(amount, int) or amount > self.ceiling_cents):
+        if self.ceiling_cents is not None and (amount is None or amount > self.ceiling_cents):
             return True
         if self.mode == "above_amount":
-            return not isinstance(amount, int) or amount > (self.amount_threshold_cents or 0)
+            return amount is None or amount > (self.amount_threshold_cents or 0)
         return False
 
     def describe(self) -> str:
@@ -168,30 +154,31 @@ class Policy:
         )
         return " ".join(part for part in (rule, ceiling, self.limits.describe()) if part)
 
-    def limit_reached(self, session: Session, call: ToolCall, customer_id: int | None) -> str | None:
+    def limit_reached(self, session: Session, call: ToolCall) -> str | None:
         """Which limit this call, which the rule alone would let run, would pass (in words), or None.
-        Counts the tool's earlier calls that ran with no person, the call's own round included."""
+        Counts the tool's earlier calls that ran with no person, the call's own round included, by
+        the amount and subject their tool gave them (`money_cents`, `subject`)."""
         if not self.limits.any():
             return None
         if session.get_bind().dialect.name == "postgresql":  # one check at a time per tenant and tool
             session.execute(select(func.pg_advisory_xact_lock(zlib.crc32(f"{call.tenant_id}:{call.name}".encode()))))
         session.flush()  # the calls of this round so far, and this one (left out below)
-        amount = call.input.get("amount_cents") if isinstance(call.input.get("amount_cents"), int) else 0
+        amount = call.money_cents or 0
         day = utcnow() - timedelta(days=1)
         scopes = {
             "conversation": (ToolCall.conversation_id == call.conversation_id,),
-            "customer_day": (ToolCall.customer_id == customer_id, ToolCall.created_at >= day),
+            "subject_day": (ToolCall.subject == call.subject, ToolCall.created_at >= day),
             "tenant_day": (ToolCall.created_at >= day,),
             "person_day": (ToolCall.acting_user_id == call.acting_user_id, ToolCall.created_at >= day),
         }
         for scope, words in SCOPES:
             most_calls, most_cents = getattr(self.limits, f"{scope}_count"), getattr(self.limits, f"{scope}_cents")
-            if (most_calls is None and most_cents is None) or (scope == "customer_day" and customer_id is None):
+            if (most_calls is None and most_cents is None) or (scope == "subject_day" and call.subject is None):
                 continue
+            if scope == "subject_day":  # "for customer 4471 in 24 hours"
+                words = f"for {call.subject.replace(':', ' ', 1)} in 24 hours"
             calls, cents = session.execute(
-                select(
-                    func.count(ToolCall.id), func.coalesce(func.sum(ToolCall.input["amount_cents"].as_integer()), 0)
-                ).where(
+                select(func.count(ToolCall.id), func.coalesce(func.sum(ToolCall.money_cents), 0)).where(
                     ToolCall.tenant_id == call.tenant_id,
                     ToolCall.name == call.name,
                     ToolCall.id != call.id,
@@ -232,11 +219,25 @@ class Policy:
 
 
 def default_policy(tool: Tool, ceiling_cents: int | None = None) -> Policy:
-    if not tool.sensitive:
-        return Policy(tool.name, "never", approvals_required=0, ceiling_cents=ceiling_cents)
-    mode, threshold, approvals = DEFAULTS.get(tool.name, ("always", None, 1))
-    limits = DEFAULT_LIMITS.get(tool.name, Limits())
-    return Policy(tool.name, mode, threshold, approvals, limits=limits, ceiling_cents=ceiling_cents)
+    """The policy a tool has before an admin sets one: the tool's own (`Tool.default_policy`,
+    `Tool.default_limits`), else one approval for a sensitive tool and none for another."""
+    declared = tool.default_policy
+    if declared is None:
+        mode, threshold, approvals = ("always", None, 1) if tool.sensitive else ("never", None, 0)
+    else:
+        mode, threshold, approvals = declared
+    return Policy(
+        tool.name,
+        mode,
+        threshold if mode == "above_amount" else None,
+        0 if mode == "never" else approvals,
+        limits=default_limits(tool),
+        ceiling_cents=ceiling_cents,
+    )
+
+
+def default_limits(tool: Tool) -> Limits:
+    return Limits.from_dict(tool.default_limits)
 
 
 def ceiling_for(session: Session, tool: Tool) -> int | None:
@@ -301,7 +302,7 @@ def policy_for(session: Session, tenant_id: int, tool: Tool) -> Policy:
         return default_policy(tool, ceiling)
     # A policy saved before limits existed keeps the tool's default limits (all of them, or those it
     # does not name).
-    defaults = DEFAULT_LIMITS.get(tool.name, Limits())
+    defaults = default_limits(tool)
     limits = defaults if row.limits is None else Limits.from_dict(row.limits, defaults)
     return Policy(
         row.tool_name,
@@ -341,14 +342,6 @@ def proposed_policy(
             raise PolicyError(f"{tool.name} has no amount, so it cannot have an amount rule.", "mode")
         if not isinstance(amount_threshold_cents, int) or not 0 <= amount_threshold_cents <= 10_000_000:
             raise PolicyError("The amount limit must be from $0.00 to $100,000.00.", "amount_threshold")
-        most = tool.input_schema()["properties"]["amount_cents"].get("maximum")
-        if tool.sensitive and most is not None and amount_threshold_cents >= most:
-            raise PolicyError(
-                f"{tool.name} can ask for at most ${most / 100:,.2f}, so with a limit of "
-                f"${amount_threshold_cents / 100:,.2f} no call would ever wait for a person. "
-                "It changes things for customers: choose a lower limit.",
-                "amount_threshold",
-            )
         ceiling = before.ceiling_cents
         if ceiling is not None and amount_threshold_cents > ceiling:
             raise PolicyError(

@@ -139,9 +139,9 @@ class DecideApproval(RequestBody):
             description=(
                 'Edit and approve: the arguments the tool runs with instead of the model\'s (with "approve" '
                 "only). They are checked against the tool's input schema and its own checks (a refund above what "
-                "is left on the invoice is refused); the model is told who changed what."
+                "is left to refund is refused); the model is told who changed what."
             ),
-            examples=[{"invoice_id": 4471, "amount_cents": 5000, "reason": "late delivery"}],
+            examples=[{"order": 9001, "value_usd": "50.00", "note": "late delivery"}],
         ),
         Rule("must be a JSON object of the tool's arguments, or null"),
     ] = None
@@ -189,13 +189,14 @@ LimitCents = Annotated[
 
 class PolicyLimits(RequestBody):
     """How much of a tool may run with no person, added up, as calls (`_count`) and money in cents
-    (`_cents`): per conversation, per customer, for the whole tenant and per acting person, the last three
-    over 24 hours. A limit left out or null is no limit. Past a limit a call waits for a person."""
+    (`_cents`): per conversation, per subject (what a call acts on, as its tool says: a customer, an
+    order), for the whole tenant and per acting person, the last three over 24 hours. A limit left out
+    or null is no limit. Past a limit a call waits for a person."""
 
     conversation_count: LimitCount = None
     conversation_cents: LimitCents = None
-    customer_day_count: LimitCount = None
-    customer_day_cents: LimitCents = None
+    subject_day_count: LimitCount = None
+    subject_day_cents: LimitCents = None
     tenant_day_count: LimitCount = None
     tenant_day_cents: LimitCents = None
     person_day_count: LimitCount = None
@@ -526,7 +527,7 @@ class TaskView(BaseModel):
     tool_call_id: int
     tool: str = Field(description="The tool's name.")
     status: TaskStatus
-    message: str | None = Field(description='Where the task stands, e.g. "Exported invoices (2 of 3)".')
+    message: str | None = Field(description='Where the task stands, in the tool\'s words, e.g. "Exported part 2 of 3".')
     progress: Progress | None = Field(description="How far along, from 0 to 1, when the tool says.")
     input_required: InputRequired | None = Field(
         description="Set while the task waits for a person's input, with what it asks and where to send it."
@@ -618,9 +619,9 @@ class FactView(_FromTool):
 
 
 class RecordView(_FromTool):
-    kind: str = Field(description="The kind of record, as its argument names it without _id: invoice, customer.")
+    kind: str = Field(description="The kind of record, as its argument names it without _id, e.g. order.")
     id: int
-    title: str = Field(description='e.g. "Invoice 4471".')
+    title: str = Field(description='e.g. "Order 9001".')
     facts: list[FactView]
 
 

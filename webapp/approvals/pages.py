@@ -12,9 +12,9 @@ import json
 import math
 from datetime import timedelta
 
-from flask import Blueprint, abort, flash, render_template, request, url_for
+from flask import Blueprint, abort, flash, g, render_template, request, url_for
 from flask_login import current_user
-from sqlalchemy import Integer, cast, select
+from sqlalchemy import select
 
 from webapp import audit_chain
 from webapp.agent.decisions import approvals_so_far, arguments_hash, held_words, who
@@ -69,11 +69,10 @@ def _pending_query(filters: dict):
         query = query.join(User, User.id == ToolCall.acting_user_id).where(User.email == filters["requester"])
     if filters["min_age"] is not None:
         query = query.where(ToolCall.created_at <= utcnow() - timedelta(minutes=filters["min_age"]))
-    amount = cast(ToolCall.input["amount_cents"].as_string(), Integer)
     if filters["min_amount"] is not None:
-        query = query.where(amount >= round(filters["min_amount"] * 100))
+        query = query.where(ToolCall.money_cents >= round(filters["min_amount"] * 100))
     if filters["max_amount"] is not None:
-        query = query.where(amount <= round(filters["max_amount"] * 100))
+        query = query.where(ToolCall.money_cents <= round(filters["max_amount"] * 100))
     return query
 
 
@@ -170,7 +169,7 @@ def _someone_else(call: ToolCall) -> str | None:
 def _confirm_approve(call: ToolCall) -> str | None:
     """The question the `a` key asks before approving an amount above its policy's limit (a click on
     the button needs no question: it is deliberate already)."""
-    policy, amount = call.policy or {}, call.input.get("amount_cents")
+    policy, amount = call.policy or {}, call.money_cents
     limit = policy.get("amount_threshold_cents")
     if policy.get("mode") != "above_amount" or not isinstance(amount, int) or not isinstance(limit, int):
         return None
@@ -328,15 +327,17 @@ def _edit_refused(tool_call_id: int, typed: dict | None, errors: dict):
 
 
 def key_arguments(call: ToolCall) -> str:
-    """The one or two arguments a reviewer sorts by: an amount and whom it concerns."""
-    parts = []
-    if isinstance(call.input.get("amount_cents"), int):
-        parts.append(f"${call.input['amount_cents'] / 100:,.2f}")
-    for key in ("invoice_id", "customer_id"):
-        if key in call.input:
-            parts.append(f"{key.split('_')[0]} {call.input[key]}")
-    if "subject" in call.input:
-        parts.append(f"“{str(call.input['subject'])[:60]}”")
+    """What the call would do, in its tool's sentence ("Refund $90.00 on invoice 4471."); when the tool
+    cannot say, the money it moves and what it acts on."""
+    registries = g.setdefault("tool_registries", {})  # one registry per tenant and request, for a list
+    if call.tenant_id not in registries:
+        registries[call.tenant_id] = services().tools_for(db.session, call.tenant_id)
+    said = registries[call.tenant_id].describe(call.name, call.input)
+    if said:
+        return said
+    parts = [money(call.money_cents)] if call.money_cents is not None else []
+    if call.subject:
+        parts.append(call.subject.replace(":", " ", 1))
     return " · ".join(parts)
 
 

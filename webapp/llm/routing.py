@@ -12,7 +12,7 @@ import re
 
 from webapp.llm.client import ModelClient, ModelReply
 
-MARKER = "You sort the questions people ask a billing support assistant by difficulty."
+MARKER = "You sort the questions people ask a support assistant by difficulty."
 SYSTEM = (
     MARKER + " A question is simple when one quick look-up or a short answer in words settles it (who is a "
     "customer, what an invoice says). It is complex when it needs several steps, a change to an account "

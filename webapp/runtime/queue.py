@@ -27,6 +27,7 @@ SWEEP_JOB = "jobs.moves.sweep"
 WAKE_JOB = "jobs.moves.wake_for_tasks"
 NOTICE_JOB = "jobs.notify.deliver"
 MCP_CHECK_JOB = "jobs.mcp.check_servers"
+TOOL_WORK_JOB = "jobs.tools.run"  # a tool's background work (Dispatcher.start_work)
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 
@@ -284,6 +285,11 @@ class Dispatcher:
             pass
         except (redis.RedisError, OSError) as exc:
             log.warning("could not schedule the task wake-up of conversation %s: %s", conversation_id, exc)
+
+    def start_work(self, target: str, *args, job_id: str, timeout: int = 3600, meta: dict | None = None) -> None:
+        """Start a tool's background work once: `target` is "package.module:function", called in a worker
+        as function(BackgroundWork, *args) (webapp/tools/tasks.py); see start_background for the rest."""
+        self.start_background(TOOL_WORK_JOB, target, *args, job_id=job_id, timeout=timeout, meta=meta)
 
     def start_background(self, func, *args, job_id: str, timeout: int = 3600, meta: dict | None = None) -> None:
         """Start a tool's background job once: a second start under the same id changes nothing. `meta`

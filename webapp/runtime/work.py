@@ -5,10 +5,12 @@ enqueues."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
 import time
+from typing import Any
 
 from sqlalchemy import select
 
@@ -18,7 +20,8 @@ from webapp.models import Conversation, McpServer, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
-from webapp.tools import exports, mcp
+from webapp.tools import mcp
+from webapp.tools.tasks import BackgroundWork
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +185,10 @@ def wake_for_tasks(conversation_id: int) -> bool:
     return True
 
 
-def export_customer_data(tenant_id: int, customer_id: int, file_name: str, job=None) -> dict:
-    """Run the export tool's work (webapp/tools/exports.py), reporting progress in the job's meta and
-    live to the call's conversation page, and stopping when the tool asked the job to (the
-    conversation was stopped)."""
+def run_tool_work(target: str, *args, job=None) -> Any:
+    """Run a tool's background work, named by the tool as "package.module:function" when it started
+    the job: function(work, *args) with a session, the settings, and progress reported in the job's
+    meta and live on the call's conversation page, stopping when the tool asked the job to."""
     desk = services()
     follower = (job.meta or {}) if job is not None else {}
     conversation_id, tool_call_id = follower.get("conversation_id"), follower.get("tool_call_id")
@@ -203,24 +206,16 @@ def export_customer_data(tenant_id: int, customer_id: int, file_name: str, job=N
             job.save_meta()
         tell("working", fraction, message)
 
-    progress(0.0, "Export started.")
+    work = BackgroundWork(db.session, desk.config, progress, tell, cancelled, db.session.remove)
     try:
-        result = exports.write_export(
-            db.session,
-            desk.config.export_dir,
-            tenant_id,
-            customer_id,
-            file_name,
-            pace_seconds=desk.config.export_step_seconds,
-            cancelled=cancelled,
-            progress=progress,
-            end_transaction=db.session.remove,
-        )
-    except Exception:
-        tell("failed", 0.0, "The export failed; the assistant is told why.")
-        raise
+        return _work_function(target)(work, *args)
     finally:
         db.session.remove()
-    if result.get("cancelled"):
-        tell("cancelled", 0.0, "Export stopped: the conversation was stopped.")
-    return result
+
+
+def _work_function(target: str):
+    module_name, _, name = target.partition(":")
+    function = getattr(importlib.import_module(module_name), name, None)
+    if not callable(function):
+        raise ValueError(f"{target!r} names no function of a tool's background work")
+    return function

@@ -20,7 +20,7 @@ from pydantic.json_schema import SkipJsonSchema
 from sqlalchemy import func, or_, select
 
 from webapp.models import Customer, Invoice, OutgoingEmail, Refund, Subscription, utcnow
-from webapp.tools.presenting import money, plural
+from webapp.tools.presenting import money, plural, shorten
 from webapp.tools.registry import Concern, Fact, Letter, Record, Review, Tool, ToolContext, ToolError, ToolRegistry
 from webapp.tools.tasks import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, Task
 
@@ -196,6 +196,16 @@ class IssueRefund(Tool):
         "refundable on the invoice."
     )
     sensitive = True
+    default_policy = ("above_amount", 5000, 1)  # refunds above $50 wait for one person
+    # small refunds add up: at most three and $100 per conversation, $200 per customer, $500 for the
+    # tenant and $300 per acting person, each in 24 hours
+    default_limits = {
+        "conversation_count": 3,
+        "conversation_cents": 10_000,
+        "subject_day_cents": 20_000,
+        "tenant_day_cents": 50_000,
+        "person_day_cents": 30_000,
+    }
     ceiling_cents = 50_000  # $500: above it a refund always waits for a person
 
     class Input(_Input):
@@ -235,9 +245,16 @@ class IssueRefund(Tool):
         session.flush()
         return self._result(context, refund, already_existed=False)
 
-    def customer_of(self, input: Input, context: ToolContext) -> int | None:  # noqa: A002
+    def amount(self, input: Input) -> int:  # noqa: A002
+        return input.amount_cents
+
+    def subject(self, input: Input, context: ToolContext) -> str | None:  # noqa: A002
+        """The invoice's customer: refunds add up per customer, whatever the invoice."""
         invoice = _find_invoice(context, input.invoice_id)
-        return invoice.customer_id if invoice else None
+        return f"customer:{invoice.customer_id}" if invoice else None
+
+    def describe(self, input: Input) -> str:  # noqa: A002
+        return f"Refund {money(input.amount_cents)} on invoice {input.invoice_id}."
 
     @staticmethod
     def concern(input: Input, invoice: Invoice | None, customer: Customer | None, remaining: int) -> Concern | None:  # noqa: A002
@@ -324,6 +341,12 @@ class SendEmail(Tool):
         subject: str = Field(min_length=1, max_length=200, description="The subject line, plain text.")
         body: str = Field(min_length=1, max_length=5000, description="The message body, plain text.")
 
+    def subject(self, input: Input, context: ToolContext) -> str:  # noqa: A002
+        return f"customer:{input.customer_id}"
+
+    def describe(self, input: Input) -> str:  # noqa: A002
+        return f"Email customer {input.customer_id}: “{shorten(input.subject, 60)}”."
+
     def execute(self, input: Input, context: ToolContext) -> dict:  # noqa: A002
         """Queue the email, or return the one this idempotency key already queued."""
         session = context.session
@@ -382,6 +405,14 @@ class DeleteAccount(Tool):
     class Input(_Input):
         customer_id: CustomerId
         reason: str = Field(min_length=1, max_length=500, description="Why the account is closed; kept on the record.")
+
+    default_policy = ("always", None, 2)  # closing an account needs two people
+
+    def subject(self, input: Input, context: ToolContext) -> str:  # noqa: A002
+        return f"customer:{input.customer_id}"
+
+    def describe(self, input: Input) -> str:  # noqa: A002
+        return f"Close customer {input.customer_id}'s account."
 
     def execute(self, input: Input, context: ToolContext) -> dict:  # noqa: A002
         """Close the account and cancel its active subscriptions, unless it is already closed."""
@@ -539,7 +570,7 @@ def _code_hash(tool_call_id: int, code: str) -> str:
     return hashlib.sha256(f"{tool_call_id}:{code}".encode()).hexdigest()
 
 
-EXPORT_JOB = "jobs.exports.export_customer_data"  # its work is webapp/tools/exports.py; tools never import jobs/
+EXPORT_WORK = "webapp.tools.exports:export_job"  # run in a worker by context.background.start_work
 
 
 class ExportCustomerData(Tool):
@@ -564,8 +595,8 @@ class ExportCustomerData(Tool):
             raise ToolError("Exports need the background workers, and none are configured here.")
         job_id = f"export-{context.tool_call_id}"
         file_name = f"customer-{customer.id}-export-{context.tool_call_id}.json"
-        context.background.start_background(
-            EXPORT_JOB, context.tenant_id, customer.id, file_name, job_id=job_id, meta=_follower(context)
+        context.background.start_work(
+            EXPORT_WORK, context.tenant_id, customer.id, file_name, job_id=job_id, meta=_follower(context)
         )
         return Task(
             WORKING,
@@ -582,8 +613,8 @@ class ExportCustomerData(Tool):
             restarts = int(task.data.get("restarts", 0)) + 1
             if restarts > 3:
                 return Task(FAILED, message="The export job was lost three times; the export was not made.")
-            context.background.start_background(
-                EXPORT_JOB,
+            context.background.start_work(
+                EXPORT_WORK,
                 context.tenant_id,
                 task.data["customer_id"],
                 task.data["file"],

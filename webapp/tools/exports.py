@@ -1,7 +1,7 @@
 """The work behind the export_customer_data tool: one customer's profile, invoices and refunds (this
 tenant's only) read part by part and written to a JSON file that appears whole or not at all.
 
-It runs in a background job (jobs/exports.py hands it a session, where files go, and the job's
+It runs in a background job (the worker hands export_job a session, the settings, and the job's
 progress and stop hooks), so no worker waits on it while a move is due."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from webapp.models import Customer, Invoice, Refund, utcnow
 from webapp.tools.billing import customer_dict
+from webapp.tools.tasks import BackgroundWork
 
 PARTS = ("profile", "invoices", "refunds")
 
@@ -103,3 +104,27 @@ def _read(session: Session, part: str, tenant_id: int, customer_id: int):
         }
         for refund in refunds
     ]
+
+
+def export_job(work: BackgroundWork, tenant_id: int, customer_id: int, file_name: str) -> dict:
+    """The export tool's background work (started by the tool, run in a worker): write the file,
+    telling the call's page how far it is; {"cancelled": True} when the conversation was stopped."""
+    work.progress(0.0, "Export started.")
+    try:
+        result = write_export(
+            work.session,
+            work.config.export_dir,
+            tenant_id,
+            customer_id,
+            file_name,
+            pace_seconds=work.config.export_step_seconds,
+            cancelled=work.cancelled,
+            progress=work.progress,
+            end_transaction=work.end_transaction,
+        )
+    except Exception:
+        work.tell("failed", 0.0, "The export failed; the assistant is told why.")
+        raise
+    if result.get("cancelled"):
+        work.tell("cancelled", 0.0, "Export stopped: the conversation was stopped.")
+    return result

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
+from webapp.tools.presenting import arguments
 from webapp.tools.tasks import CANCELLED, COMPLETED, Task, TaskError
 
 # Tool output is untrusted data (DESIGN.md invariant 7): it reaches the model inside these
@@ -119,9 +120,17 @@ class Tool:
     # A call found running after a crash is sent again (with its idempotency key) when True; when
     # False it settles as "may or may not have taken effect" (a remote tool with no idempotency keys).
     repeatable: ClassVar[bool] = True
+    # What a tenant's policy is before an admin sets one: ("never" | "always" | "above_amount",
+    # threshold in cents or None, approvals). None: "always" with one approval for a sensitive tool,
+    # "never" for another. An above-amount rule needs `amount`.
+    default_policy: ClassVar[tuple[str, int | None, int] | None] = None
+    # What may run with no person before an admin sets limits, added up (webapp/agent/policies.py
+    # Limits: conversation_count, conversation_cents, subject_day_count, subject_day_cents,
+    # tenant_day_count, tenant_day_cents, person_day_count, person_day_cents). None: no limit.
+    default_limits: ClassVar[dict[str, int] | None] = None
     # The most one call may move with no person, whatever a tenant's policy says: above it every call
     # waits (an operator changes it per tool with `flask ceiling set`). None: no ceiling. For a tool
-    # whose calls carry an amount.
+    # whose calls move money (`amount`).
     ceiling_cents: ClassVar[int | None] = None
 
     @classmethod
@@ -174,10 +183,27 @@ class Tool:
         """The name of the file a successful call made, downloadable from its card (None: no file)."""
         return None
 
-    def customer_of(self, input: BaseModel, context: ToolContext) -> int | None:  # noqa: A002
-        """The customer the call acts on, for limits per customer (None: no one in particular)."""
-        customer_id = getattr(input, "customer_id", None)
-        return customer_id if isinstance(customer_id, int) else None
+    def amount(self, input: Any) -> int | None:  # noqa: A002
+        """The money the call moves, in cents, for above-amount rules and money limits (None: none).
+        `input` is the parsed arguments (the tool's Input, or a dict for a tool described by a JSON
+        schema). A tool that overrides it moves money (`moves_money`)."""
+        return None
+
+    def moves_money(self) -> bool:
+        """Whether the tool's calls carry an amount that rules and limits can weigh."""
+        return type(self).amount is not Tool.amount
+
+    def subject(self, input: Any, context: ToolContext) -> str | None:  # noqa: A002
+        """What the call acts on, as "kind:id" ("customer:4471", "order:9001", "repo:web"), for limits
+        per subject (None: nothing in particular)."""
+        return None
+
+    def describe(self, input: Any) -> str:  # noqa: A002
+        """One sentence for people of what the call would do ("Refund $40.00 on invoice 4471."); by
+        default the tool's title and its arguments in words."""
+        data = input.model_dump() if isinstance(input, BaseModel) else dict(input or {})
+        said = "; ".join(f"{row.label}: {row.text}" for row in arguments(self.argument_names(), data) if not row.long)
+        return f"{self.title}: {said}." if said else f"{self.title}."
 
     @classmethod
     def resumable(cls) -> bool:
@@ -278,13 +304,37 @@ class ToolRegistry:
             log.exception("tool %s could not review tool call %s", name, context.tool_call_id)
             return Review(concerns=(Concern(f"The facts for {name} could not be read just now; reload to try again."),))
 
-    def customer_of(self, name: str, raw_input: Any, context: ToolContext) -> int | None:
-        """The customer a call acts on, when its tool and arguments say (None for a call that would
-        not run as asked)."""
+    def amount_of(self, name: str, raw_input: Any) -> int | None:
+        """The money a call moves in cents, as its tool says (None: none, or arguments it would refuse)."""
+        parsed, tool = self._parsed(name, raw_input)
+        if parsed is None:
+            return None
+        amount = tool.amount(parsed)
+        return amount if isinstance(amount, int) and not isinstance(amount, bool) else None
+
+    def subject_of(self, name: str, raw_input: Any, context: ToolContext) -> str | None:
+        """What a call acts on ("customer:4471"), as its tool says (None: nothing in particular)."""
+        parsed, tool = self._parsed(name, raw_input)
+        subject = tool.subject(parsed, context) if parsed is not None else None
+        return subject[:200] if isinstance(subject, str) and subject else None
+
+    def _parsed(self, name: str, raw_input: Any) -> tuple[Any, Tool | None]:
         tool = self.get(name)
         try:
-            return tool.customer_of(tool.parse(raw_input), context) if tool else None
+            return (tool.parse(raw_input) if tool else None), tool
         except InvalidInput:
+            return None, tool
+
+    def describe(self, name: str, raw_input: Any) -> str | None:
+        """The tool's sentence for a call with these arguments (None: no such tool, or arguments it would
+        refuse, or a sentence it could not make)."""
+        tool = self.get(name)
+        try:
+            return tool.describe(tool.parse(raw_input)) if tool else None
+        except InvalidInput:
+            return None
+        except Exception:
+            log.exception("tool %s could not describe a call", name)
             return None
 
     def run(self, name: str, raw_input: Any, context: ToolContext, output_limit: int) -> ToolOutcome:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -115,3 +116,18 @@ def _check_keys(value: Any, what: str) -> None:
 
 def _refuse(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+@dataclass(frozen=True)
+class BackgroundWork:
+    """What a tool's background work gets (a job the tool started with
+    `context.background.start_work("package.module:function", *args, ...)`; the function is called as
+    function(work, *args) in a worker): a database session, the desk's settings, and the job's
+    progress, told to the call's page as it goes."""
+
+    session: Any  # a SQLAlchemy session of its own
+    config: Any  # webapp.config.Config
+    progress: Callable[[float, str], None]  # how far, and what it does now: the job's meta and the page
+    tell: Callable[[str, float, str], None]  # a last word for the page: ("failed" | "cancelled", 0.0, words)
+    cancelled: Callable[[], bool]  # the tool asked the work to stop (the conversation was stopped)
+    end_transaction: Callable[[], None]  # between parts, so no transaction stays open while it paces
