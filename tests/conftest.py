@@ -24,6 +24,7 @@ from rq import Worker
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.orm import Session
 
+from tests.migrations import blank_database  # noqa: F401 - a fixture: an empty database for migration tests
 from tests.model_server import ModelServer
 from webapp.config import Config
 from webapp.database import engine_options, prepare_engine

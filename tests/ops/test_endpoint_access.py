@@ -7,21 +7,15 @@ endpoint for the tenants using it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from html import unescape
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from alembic.script import ScriptDirectory
 from sqlalchemy import func, select, text
 
 from tests.clients import sign_in
-from tests.conftest import ROOT
 from tests.integration.test_workers import start, wait_status
+from tests.migrations import flask_db, revision_before
 from tests.model_server import ModelServer
 from webapp.llm import endpoints
 from webapp.llm.client import ModelError
@@ -362,39 +356,8 @@ def test_an_endpoint_whose_stored_key_cannot_be_read_fails_each_call_for_good_in
 # --- the migration --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def blank_database(database_url, tmp_path) -> Iterator[str]:
-    """An empty database of the suite's kind, for running migrations from the start."""
-    if database_url.startswith("sqlite"):
-        yield f"sqlite:///{tmp_path / 'migrations.db'}"
-        return
-    url = sa.make_url(database_url).set(database=f"{sa.make_url(database_url).database}_migrations")
-    admin = sa.create_engine(sa.make_url(database_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
-        connection.execute(text(f'CREATE DATABASE "{url.database}"'))
-    yield url.render_as_string(hide_password=False)
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
-    admin.dispose()
-
-
-def flask_db(base_env, database: str, *args: str) -> None:
-    """`flask --app webapp db ...` as an operator runs it, on that database."""
-    env = {**os.environ, **base_env, "DATABASE_URL": database}
-    done = subprocess.run(
-        [sys.executable, "-m", "flask", "--app", "webapp", "db", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
 def test_the_migration_allows_each_endpoint_for_the_tenants_using_it(base_env, blank_database):
-    before = ScriptDirectory(str(Path(ROOT, "webapp", "migrations"))).get_revision(REVISION).down_revision
+    before = revision_before(REVISION)
     flask_db(base_env, blank_database, "upgrade", before)
     engine = sa.create_engine(blank_database)
     now = sa.func.current_timestamp()
