@@ -26,6 +26,7 @@ _DESK_NOTE = "Note from the approval desk:"
 
 @dataclass
 class Card:
+    said: str | None  # what the call does, in its tool's sentence: "Refund $40.00 on invoice 4471."
     decision: str | None  # "Approved with changes by X: amount $75.00 → $40.00 (reason)"
     outcome: str | None  # "Refunded $40.00 on invoice 4471; $89.00 is left to refund." / why it failed
     rows: list[Shown] = field(default_factory=list)  # the result, rendered
@@ -59,6 +60,7 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
     elif call.status == CallStatus.FAILED:
         outcome = f"Failed: {failure(call.result)}"
     return Card(
+        said=tools.describe(call.name, call.input),
         decision=decision_sentence(call, decisions),
         outcome=outcome,
         rows=rows,
