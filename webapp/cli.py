@@ -671,7 +671,8 @@ def _register_mcp(app: Flask) -> None:
                 rule = "HELD: changed since accepted; accept it on the MCP servers page"
             else:
                 rule = "runs at once (read-only)" if tool and not tool.sensitive else "waits for one approval"
-            lines.append(f"  {row.registry_name} ({row.remote_name}): {rule}")
+            mapped = "; ".join(mcp.mapping_words(row.mapping))
+            lines.append(f"  {row.registry_name} ({row.remote_name}): {rule}{'; ' + mapped if mapped else ''}")
         return lines
 
     @group.command("add")
@@ -776,6 +777,40 @@ def _register_mcp(app: Flask) -> None:
         click.echo(f"Synced MCP server {name.strip()} of {tenant.slug}.")
         for line in report.lines():
             click.echo(f"  {line}")
+
+    @group.command("map")
+    @click.argument("tool")
+    @click.option("--tenant", "slug", required=True)
+    @click.option("--amount", default=None, help="The argument that is the money a call moves.")
+    @click.option("--unit", type=click.Choice(mcp.UNITS), default="cents", show_default=True, help="The amount's unit.")
+    @click.option("--subject", default=None, help="The argument that names what a call acts on (limits per subject).")
+    @click.option(
+        "--facts", "facts_tool", default=None, help="A read-only tool of the same server: its result is the facts."
+    )
+    @click.option(
+        "--facts-arg", "facts_args", multiple=True, help="THEIRS=OURS: the facts tool's THEIRS takes this call's OURS."
+    )
+    def map_command(
+        tool: str, slug: str, amount: str | None, unit: str, subject: str | None, facts_tool: str | None, facts_args
+    ) -> None:
+        """Tell the desk what an MCP tool's arguments mean: the money a call moves, what it acts on, and
+        which read-only tool of the same server gives a reviewer the facts. Whatever is left out is cleared."""
+        tenant = tenant_of(slug)
+        pairs = {}
+        for pair in facts_args:
+            theirs, equals, ours = pair.partition("=")
+            if not equals or not theirs.strip() or not ours.strip():
+                raise click.UsageError(f"{pair!r} is not THEIRS=OURS, e.g. --facts-arg repo_path=repo_path.")
+            pairs[theirs.strip()] = ours.strip()
+        try:
+            mapping = mcp_actions.map_tool(
+                db.session, tenant.id, None, tool.strip(), amount=amount, unit=unit, subject=subject,
+                facts_tool=facts_tool, facts_arguments=pairs,
+            )  # fmt: skip
+        except mcp.McpError as exc:
+            raise click.UsageError(str(exc)) from None
+        said = mcp.mapping_words(mapping)
+        click.echo(f"Mapped {tool.strip()} of {tenant.slug}: {'; '.join(said) if said else 'nothing (cleared)'}.")
 
     @group.command("remove")
     @click.argument("name")

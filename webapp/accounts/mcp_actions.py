@@ -217,6 +217,43 @@ def accept(session: Session, tenant_id: int, actor: User | None, tool_name: str)
     return _undone(session, work)
 
 
+def map_tool(
+    session: Session,
+    tenant_id: int,
+    actor: User | None,
+    tool_name: str,
+    *,
+    amount: str | None = None,
+    unit: str = "cents",
+    subject: str | None = None,
+    facts_tool: str | None = None,
+    facts_arguments: dict[str, str] | None = None,
+) -> dict | None:
+    """Map an MCP tool's arguments for the desk (mcp.set_mapping), audited; the mapping now. What its
+    policy weighs (the amount, the subject) cannot be remapped under it."""
+
+    def work():
+        tool = services().tools_for(session, tenant_id).get(tool_name)
+        policy = policies.policy_for(session, tenant_id, tool) if tool is not None else None
+        before, after = mcp.set_mapping(
+            session,
+            tenant_id,
+            tool_name,
+            amount=amount,
+            unit=unit,
+            subject=subject,
+            facts_tool=facts_tool,
+            facts_arguments=facts_arguments,
+            weighs_money=policy is not None and policy.weighs_money(),
+            weighs_subject=policy is not None and policy.weighs_subject(),
+        )
+        _audit(session, "mcp_tool_mapped", tenant_id, actor, {"before": before, "after": after}, tool_name)
+        session.commit()
+        return after
+
+    return _undone(session, work)
+
+
 def gate_preview(session: Session, tenant_id: int, row: McpTool) -> list[str]:
     """What accepting a held tool's change would do to the gate, in words for the admin who decides."""
     said = mcp.hint_changes(row.annotations, row.current_annotations)

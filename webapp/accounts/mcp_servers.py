@@ -101,6 +101,53 @@ def accept(tool_name: str):
     return redirect(url_for(".index"), code=303)
 
 
+MAP_FIELDS = frozenset({"csrf_token", "amount", "unit", "subject", "facts_tool", "facts_arguments"})
+
+
+@bp.post("/tools/<tool_name>/map")
+@roles_required("admin")
+def map_tool(tool_name: str):
+    """What the tool's arguments mean: the money, the subject, the facts (anything left empty is cleared)."""
+    form = request.form
+    typed = {"map": tool_name, **{key: form.get(key, "") for key in MAP_FIELDS - {"csrf_token"}}}
+    try:
+        unknown = sorted(set(form) - MAP_FIELDS)
+        if unknown:
+            raise mcp.McpError(_no_such_field(unknown))
+        mapping = mcp_actions.map_tool(
+            db.session,
+            current_user.tenant_id,
+            current_user._get_current_object(),
+            tool_name,
+            amount=form.get("amount", "").strip() or None,
+            unit=form.get("unit", "cents"),
+            subject=form.get("subject", "").strip() or None,
+            facts_tool=form.get("facts_tool", "").strip() or None,
+            facts_arguments=_pairs(form.get("facts_arguments", "")),
+        )
+    except mcp.McpError as exc:
+        db.session.rollback()
+        return _page(error=str(exc), typed=typed), 422
+    said = "; ".join(mcp.mapping_words(mapping)) or "nothing mapped"
+    flash(f"Saved what {tool_name}'s arguments mean: {said}.", "info")
+    return redirect(url_for(".index", _anchor=f"tool-{tool_name}"), code=303)
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """ "theirs = ours" lines, one a line."""
+    pairs = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        theirs, equals, ours = line.partition("=")
+        if not equals or not theirs.strip() or not ours.strip():
+            raise mcp.McpError(
+                f"{line.strip()!r} is not “its argument = this call's argument”, e.g. repo_path = repo_path."
+            )
+        pairs[theirs.strip()] = ours.strip()
+    return pairs
+
+
 def _no_such_field(unknown: list[str]) -> str:
     return f"This form has no field {', '.join(unknown)}; reload the page."
 
@@ -138,6 +185,8 @@ def _page(error: str | None = None, typed=None) -> str:
             if tool.held
         },
         hint_words=mcp.hint_words,
+        mapping_words=mcp.mapping_words,
+        units=mcp.UNITS,
         error=error,
         typed=typed or {},
     )

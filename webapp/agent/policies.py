@@ -133,6 +133,16 @@ class Policy:
             return amount is None or amount > (self.amount_threshold_cents or 0)
         return False
 
+    def weighs_money(self) -> bool:
+        """Whether it reads the money a call moves: an amount rule, or a money limit."""
+        return self.mode == "above_amount" or any(
+            getattr(self.limits, f"{scope}_cents") is not None for scope, _ in SCOPES
+        )
+
+    def weighs_subject(self) -> bool:
+        """Whether it reads what a call acts on: a limit per subject."""
+        return self.limits.subject_day_count is not None or self.limits.subject_day_cents is not None
+
     def describe(self) -> str:
         """The rule in words, for the decision page and the audit log."""
         people = "one approval" if self.approvals_required == 1 else f"{self.approvals_required} approvals"

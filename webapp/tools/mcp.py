@@ -40,7 +40,8 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -53,7 +54,18 @@ from sqlalchemy.orm import Session
 from webapp import audit_chain, outbound, sealing
 from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
-from webapp.tools.registry import Concern, InvalidInput, Tool, ToolContext, ToolError, wrap_output
+from webapp.tools import presenting
+from webapp.tools.registry import (
+    Concern,
+    Fact,
+    InvalidInput,
+    Record,
+    Review,
+    Tool,
+    ToolContext,
+    ToolError,
+    wrap_output,
+)
 
 if TYPE_CHECKING:  # the SDK is imported where a server is reached: it costs every process a second to load
     from mcp.client.client import Client
@@ -393,9 +405,53 @@ class McpRemoteTool(Tool):
         self.repeatable = (self.read_only and not self.destructive) or hints.get("idempotentHint") is True
         strict = {**self._schema, "additionalProperties": self._schema.get("additionalProperties", False)}
         self._validator = jsonschema.validators.validator_for(strict)(strict)
+        self.mapping = row.mapping or {}
+        self.companion: McpRemoteTool | None = None  # the read-only tool whose result is the facts (tenant_tools)
 
     def input_schema(self) -> dict:
         return self._schema
+
+    # What an admin mapped of its arguments (set_mapping): the money, the subject, the facts.
+
+    def moves_money(self) -> bool:
+        return "amount" in self.mapping
+
+    def amount(self, input: dict) -> int | None:  # noqa: A002
+        mapped = self.mapping.get("amount")
+        return money_in_cents(input.get(mapped["argument"]), mapped["unit"]) if mapped else None
+
+    def subject(self, input: dict, context: ToolContext) -> str | None:  # noqa: A002
+        mapped = self.mapping.get("subject")
+        value = input.get(mapped["argument"]) if mapped else None
+        return f"{mapped['argument']}:{value}"[:200] if value not in (None, "") else None
+
+    def review(self, input: dict, context: ToolContext) -> Review:  # noqa: A002
+        """The facts an admin mapped: the live result of a read-only tool of the same server, called with
+        arguments taken from this call's (none mapped: no facts)."""
+        facts = self.mapping.get("facts")
+        if not facts:
+            return Review()
+        title = f"{facts['tool']} ({self.server}), read now"
+        companion = self.companion
+        if companion is None or companion.unavailable() or not companion.read_only or companion.destructive:
+            why = "it is no longer a read-only tool of this server that the desk may call; an admin must map it again"
+            return Review(records=(Record("facts", 0, title, (Fact("Not read", f"{facts['tool']}: {why}."),)),))
+        arguments = {theirs: input[ours] for theirs, ours in facts["arguments"].items() if ours in input}
+        try:
+            result = companion.read(arguments)
+        except (ToolError, McpError) as exc:
+            return Review(records=(Record("facts", 0, title, (Fact("Not read", presenting.shorten(str(exc), 500)),)),))
+        return Review(records=(Record("facts", 0, title, tuple(_facts_of(result))),))
+
+    def read(self, arguments: dict) -> Any:
+        """Call this read-only tool for a reviewer's facts: once, within a short time, its result as
+        data. ToolError or McpError say why not."""
+        quick = replace(self.access, timeout=min(self.access.timeout, FACTS_SECONDS), tries=1)
+        try:
+            result = _run(quick, lambda client, sent: self._call(client, arguments, sent))
+        except (_Unreachable, _Lost) as exc:
+            raise McpError(f"The MCP server {self.server} could not be read ({exc}).") from None
+        return self._output(result)
 
     def definition(self) -> dict:
         return {"name": self.name, "description": self.description, "input_schema": self._schema}
@@ -886,6 +942,167 @@ def stamp(session: Session, tenant_id: int) -> tuple:
 
 def tenant_tools(session: Session, config: Config, tenant_id: int) -> list[McpRemoteTool]:
     """The tenant's MCP tools for its registry, held ones included (a call of a held tool is refused
-    in words rather than named unknown)."""
+    in words rather than named unknown), each knowing the read-only tool its facts come from."""
     servers = session.scalars(select(McpServer).where(McpServer.tenant_id == tenant_id).order_by(McpServer.name))
-    return [McpRemoteTool(tool, Access.of(server, config)) for server in servers for tool in server.tools]
+    tools = []
+    for server in servers:
+        access = Access.of(server, config)
+        mine = {row.remote_name: McpRemoteTool(row, access) for row in server.tools}
+        for tool in mine.values():
+            facts = tool.mapping.get("facts")
+            tool.companion = mine.get(facts["tool"]) if facts else None
+        tools.extend(mine.values())
+    return tools
+
+
+# --- what an admin maps of a tool's arguments ------------------------------------------------------
+
+UNITS = ("cents", "dollars")
+FACTS_SECONDS = 10.0  # the longest a decision page waits for a tool's facts
+
+
+def money_in_cents(value: Any, unit: str) -> int | None:
+    """An argument's money in cents: whole cents, or dollars as a number or its text ("12.50")."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if unit == "cents":
+        return value if isinstance(value, int) else None
+    try:
+        dollars = Decimal(str(value)) if isinstance(value, int | float | str) else None
+    except InvalidOperation:
+        return None
+    if dollars is None or not dollars.is_finite():
+        return None
+    cents = dollars * 100
+    return int(cents) if cents == cents.to_integral_value() and abs(cents) < 2**31 else None
+
+
+def set_mapping(
+    session: Session,
+    tenant_id: int,
+    registry_name: str,
+    *,
+    amount: str | None = None,
+    unit: str = "cents",
+    subject: str | None = None,
+    facts_tool: str | None = None,
+    facts_arguments: dict[str, str] | None = None,
+    weighs_money: bool = False,
+    weighs_subject: bool = False,
+) -> tuple[dict | None, dict | None]:
+    """Map which of the tool's arguments is the money it moves (and its unit), which names what it
+    acts on, and which read-only tool of the same server gives its facts (with which of this call's
+    arguments); None or empty clears each. `weighs_money` / `weighs_subject`: the tool's policy weighs
+    the amount (an amount rule, money limits) / the subject (limits per subject), so changing what
+    they read is refused (it could let calls wait less). Returns (before, after); the caller commits.
+    McpError says what to fix."""
+    row = session.scalar(select(McpTool).where(McpTool.tenant_id == tenant_id, McpTool.registry_name == registry_name))
+    if row is None:
+        raise McpError(f"There is no MCP tool named {registry_name!r} in this tenant.")
+    properties = (row.input_schema or {}).get("properties") or {}
+    mapping: dict = {}
+    if amount:
+        if amount not in properties:
+            raise McpError(f"{registry_name} has no argument {amount!r}; its arguments: {_names(properties)}.")
+        if unit not in UNITS:
+            raise McpError(f"The unit must be {' or '.join(UNITS)}.")
+        kinds = _kinds(properties[amount])
+        wanted = {"integer"} if unit == "cents" else {"integer", "number", "string"}
+        if kinds and not kinds & wanted:
+            raise McpError(
+                f"{amount} is {'/'.join(sorted(kinds))} in {registry_name}'s schema: not an amount in {unit}."
+            )
+        mapping["amount"] = {"argument": amount, "unit": unit}
+    if subject:
+        if subject not in properties:
+            raise McpError(f"{registry_name} has no argument {subject!r}; its arguments: {_names(properties)}.")
+        mapping["subject"] = {"argument": subject}
+    if facts_tool:
+        companion = next((t for t in row.server.tools if facts_tool in (t.remote_name, t.registry_name)), None)
+        if companion is None or companion.id == row.id:
+            others = ", ".join(t.remote_name for t in row.server.tools if t.id != row.id) or "none"
+            raise McpError(f"{facts_tool!r} is not another tool of the server {row.server.name} (its tools: {others}).")
+        read_only, destructive = read_only_and_destructive(companion.annotations or {})
+        if not read_only or destructive or companion.held:
+            raise McpError(
+                f"{companion.remote_name} cannot give facts: the desk calls it whenever a reviewer opens a call, so "
+                "it must be a tool its server marks read-only (and not destructive), accepted as it is now."
+            )
+        theirs = (companion.input_schema or {}).get("properties") or {}
+        given = dict(facts_arguments or {})
+        for their_name, our_name in given.items():
+            if their_name not in theirs:
+                raise McpError(
+                    f"{companion.remote_name} has no argument {their_name!r}; its arguments: {_names(theirs)}."
+                )
+            if our_name not in properties:
+                raise McpError(f"{registry_name} has no argument {our_name!r}; its arguments: {_names(properties)}.")
+        missing = [name for name in (companion.input_schema or {}).get("required", []) if name not in given]
+        if missing:
+            raise McpError(
+                f"{companion.remote_name} needs {', '.join(missing)}: say which of {registry_name}'s arguments "
+                f"gives each (its arguments: {_names(properties)})."
+            )
+        mapping["facts"] = {"tool": companion.remote_name, "arguments": given}
+    before = row.mapping or {}
+    if weighs_money and before.get("amount") != mapping.get("amount"):
+        raise McpError(
+            f"{registry_name}'s policy weighs the money its calls move (an amount rule or money limits), so what it "
+            "reads as the amount cannot change under it: set the policy to always wait first, then map the amount."
+        )
+    if weighs_subject and before.get("subject") != mapping.get("subject"):
+        raise McpError(
+            f"{registry_name}'s policy has limits per subject, so what it reads as the subject cannot change under "
+            "it: clear those limits first, then map the subject."
+        )
+    row.mapping = mapping or None
+    row.server.version += 1  # the tenant's registries are built again
+    session.flush()
+    return before or None, row.mapping
+
+
+def mapping_words(mapping: dict | None) -> list[str]:
+    """A tool's mapping for people."""
+    mapping = mapping or {}
+    said = []
+    if "amount" in mapping:
+        said.append(f"Money: {mapping['amount']['argument']} ({mapping['amount']['unit']})")
+    if "subject" in mapping:
+        said.append(f"Acts on: {mapping['subject']['argument']}")
+    if "facts" in mapping:
+        given = ", ".join(f"{k} = {v}" for k, v in mapping["facts"]["arguments"].items())
+        said.append(f"Facts from: {mapping['facts']['tool']}" + (f" ({given})" if given else ""))
+    return said
+
+
+def _kinds(schema: dict) -> set[str]:
+    kind = schema.get("type")
+    found = set(kind) if isinstance(kind, list) else ({kind} if kind else set())
+    for branch in schema.get("anyOf", []) + schema.get("oneOf", []):
+        found |= _kinds(branch)
+    return found
+
+
+def _names(properties: dict) -> str:
+    return ", ".join(properties) or "none"
+
+
+def _facts_of(result: Any) -> list[Fact]:
+    """A read-only tool's result as facts for people: a JSON object (or text that is one) key by key,
+    anything else whole."""
+    if isinstance(result, str):
+        try:
+            result = json.loads(result) if result.lstrip().startswith("{") else result
+        except ValueError:
+            pass
+    if isinstance(result, dict) and result:
+        shown = list(result.items())[:20]
+        return [
+            Fact(presenting.label(str(k)), presenting.shorten(presenting.value_text(str(k), v), 500)) for k, v in shown
+        ]
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return [Fact("Result", presenting.shorten(text, 2000) or "(empty)")]
+
+
+def _fact(key: str, value: Any) -> Fact:
+    return Fact(presenting.label(key), presenting.shorten(presenting.value_text(key, value), 500))
