@@ -35,7 +35,7 @@ AWAITING = (ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TA
 PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
 
 
-# The claim every move starts with, built once (see the statements at the top of loop.py).
+# The claim every move starts with, built once (see the statements at the top of workspace.py).
 _CLAIM = (
     update(Conversation)
     .where(
