@@ -43,7 +43,7 @@ _QUEUE = "audit.queue"  # key in session.info
 _EVENTS = AuditEvent.__table__
 _HEADS = AuditHead.__table__
 _UPSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
-# Built once (every commit with events runs them): see the statements at the top of agent/loop.py.
+# Built once (every commit with events runs them): see the statements at the top of agent/workspace.py.
 _LOCK_HEAD = select(_HEADS.c.seq, _HEADS.c.hash).where(_HEADS.c.chain == bindparam("head_chain")).with_for_update()
 _MOVE_HEAD = (
     update(_HEADS)

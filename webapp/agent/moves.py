@@ -35,7 +35,7 @@ AWAITING = (ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TA
 PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
 
 
-# The claim every move starts with, built once (see the statements at the top of loop.py).
+# The claim every move starts with, built once (see the statements at the top of workspace.py).
 _CLAIM = (
     update(Conversation)
     .where(
@@ -123,7 +123,7 @@ def _perform(
     except ModelError as error:
         session.rollback()
         if error.transient and not final_attempt:
-            _release(session, conversation_id, owner)
+            _release(session, conversation_id, version, owner)
             raise TransientMoveError(error) from error
         message = error.message
         if error.transient:  # the job's retries are spent: say so, not "retrying"
@@ -132,7 +132,7 @@ def _perform(
     except Exception as error:
         if _database_lost(error, final_attempt):
             log.warning("move of conversation %s lost the database; it will be retried: %s", conversation_id, error)
-            _release_after_lost_database(session, conversation_id, owner)
+            _release_after_lost_database(session, conversation_id, version, owner)
             raise
         session.rollback()
         log.exception("move of conversation %s failed", conversation_id)
@@ -146,7 +146,7 @@ def _perform(
         )
         raise
 
-    guards = [Conversation.lease_owner == owner, Conversation.version == version]
+    guards = []  # beyond the lease and the version, which every end of a lease checks
     if move.parks:
         # Park only if nothing changed meanwhile: no cancel asked, and for a wait no call decided since.
         guards.append(Conversation.cancel_requested_at.is_(None))
@@ -171,21 +171,18 @@ def _perform(
                 ToolCall.conversation_id == conversation_id, ToolCall.status == CallStatus.AWAITING_TASK
             )
         )
-    finished = session.execute(
-        update(Conversation)
-        .where(Conversation.id == conversation_id, *guards)
-        .values(version=Conversation.version + 1, lease_owner=None, lease_expires_at=None, **_unwritten(conversation))
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    if not finished:
+    tenant_id = _end_lease(session, conversation_id, version, owner, *guards, **_unwritten(conversation))
+    if tenant_id is None:
         session.rollback()
-        if move.parks and _requeue(session, conversation_id, version, owner):
-            return MoveResult("requeued", version + 1, conversation.tenant_id)
+        if move.parks:
+            tenant_id = _requeue(session, conversation_id, version, owner)
+            if tenant_id is not None:
+                return MoveResult("requeued", version + 1, tenant_id)
         return MoveResult("lost_lease")
     status = conversation.status
     session.commit()  # commit 2: the move's result and the lease's release
     next_version = version + 1 if status == ConversationStatus.QUEUED else None
-    return MoveResult(move.kind, next_version, conversation.tenant_id, wake_at)
+    return MoveResult(move.kind, next_version, tenant_id, wake_at)
 
 
 _GUARDED = frozenset({"id", "version", "lease_owner", "lease_expires_at"})
@@ -322,12 +319,33 @@ def release_leases(session: Session, owner_prefix: str) -> int:
     return result.rowcount
 
 
-def _release(session: Session, conversation_id: int, owner: str) -> None:
-    session.execute(
+def _end_lease(
+    session: Session, conversation_id: int, version: int, owner: str, *guards, moves_on: bool = True, **changes
+) -> int | None:
+    """The one write that ends a move's lease, in every path: only while `owner` still holds the lease
+    at `version` (and every other guard holds), the lease is given up, `changes` are set and the
+    version moves on, so only the next move's job can claim the conversation (`moves_on=False` hands
+    the lease back for this same move to be tried again: its job still matches). Returns the
+    conversation's tenant id, or None when nothing was written (the lease was lost, or a guard failed).
+    The caller commits."""
+    moved_on = {"version": Conversation.version + 1} if moves_on else {}
+    return session.scalar(
         update(Conversation)
-        .where(Conversation.id == conversation_id, Conversation.lease_owner == owner)
-        .values(lease_owner=None, lease_expires_at=None, status=ConversationStatus.QUEUED)
+        .where(
+            Conversation.id == conversation_id,
+            Conversation.lease_owner == owner,
+            Conversation.version == version,
+            *guards,
+        )
+        .values(lease_owner=None, lease_expires_at=None, **moved_on, **changes)
+        .returning(Conversation.tenant_id)
+        .execution_options(synchronize_session=False)
     )
+
+
+def _release(session: Session, conversation_id: int, version: int, owner: str) -> None:
+    """Hand the lease back for the job's retry, the version unchanged."""
+    _end_lease(session, conversation_id, version, owner, moves_on=False, status=ConversationStatus.QUEUED)
     session.commit()
 
 
@@ -344,56 +362,39 @@ def _database_lost(error: Exception, final_attempt: bool) -> bool:
     return isinstance(error, OperationalError | InterfaceError) and not final_attempt
 
 
-def _release_after_lost_database(session: Session, conversation_id: int, owner: str) -> None:
+def _release_after_lost_database(session: Session, conversation_id: int, version: int, owner: str) -> None:
     """Roll the move back and hand its lease back if the database answers again; if it does not, the
     lease expires by itself and the sweeper re-enqueues the move."""
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         session.rollback()
-        _release(session, conversation_id, owner)
+        _release(session, conversation_id, version, owner)
     except SQLAlchemyError as exc:
         log.warning("could not release the lease of conversation %s; it will expire: %s", conversation_id, exc)
 
 
-def _requeue(session: Session, conversation_id: int, version: int, owner: str) -> bool:
-    done = session.execute(
-        update(Conversation)
-        .where(
-            Conversation.id == conversation_id,
-            Conversation.lease_owner == owner,
-            Conversation.version == version,
-        )
-        .values(
-            version=version + 1,
-            lease_owner=None,
-            lease_expires_at=None,
-            status=ConversationStatus.QUEUED,
-            updated_at=utcnow(),
-        )
-    ).rowcount
+def _requeue(session: Session, conversation_id: int, version: int, owner: str) -> int | None:
+    """End the move as queued instead of parking it (something changed while it ran); returns the
+    tenant id, None when the lease was lost."""
+    tenant_id = _end_lease(
+        session, conversation_id, version, owner, status=ConversationStatus.QUEUED, updated_at=utcnow()
+    )
     session.commit()
-    return bool(done)
+    return tenant_id
 
 
 def _fail(session: Session, conversation_id: int, version: int, owner: str, code: str, message: str) -> MoveResult:
-    tenant_id = session.scalar(
-        update(Conversation)
-        .where(
-            Conversation.id == conversation_id,
-            Conversation.lease_owner == owner,
-            Conversation.version == version,
-        )
-        .values(
-            version=version + 1,
-            lease_owner=None,
-            lease_expires_at=None,
-            status=ConversationStatus.FAILED,
-            error_code=code,
-            error_message=message,
-            updated_at=utcnow(),
-        )
-        .returning(Conversation.tenant_id)
+    """End the move as failed, with its code and the sentence a person reads, audited."""
+    tenant_id = _end_lease(
+        session,
+        conversation_id,
+        version,
+        owner,
+        status=ConversationStatus.FAILED,
+        error_code=code,
+        error_message=message,
+        updated_at=utcnow(),
     )
     if tenant_id is not None:
         audit_chain.record(

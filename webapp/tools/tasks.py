@@ -1,6 +1,6 @@
 """Tasks: a tool's answer "not yet". A tool whose work outlives one move returns a Task instead of a
 result; the loop persists it with the call and hands it back to the tool's resume() later, in
-whatever process runs the conversation's next move (see webapp/agent/loop.py).
+whatever process runs the conversation's next move (see webapp/agent/calls.py).
 """
 
 from __future__ import annotations
