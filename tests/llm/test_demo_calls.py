@@ -338,3 +338,26 @@ def test_the_text_protocol_refuses_a_tool_not_offered_in_words():
     assert reply.content == [
         {"type": "text", "text": "I can't call mcp_inventory__teleport: it isn't one of the tools offered to me here."}
     ]
+
+
+def test_the_text_protocol_carries_out_several_asked_calls_one_after_another():
+    outputs = {
+        LOOKUP: {"sku": "A-1", "in_stock": 12},
+        RESTOCK: {"sku": "A-1", "added": 5, "in_stock": 17},
+        "issue_refund": {"refund_id": 3, "amount_cents": 2000, "invoice_id": 4471},
+    }
+    words = "Look up A-1 in the inventory. Refund $20 on invoice 4471, then restock A-1 with 5 units."
+    first, second, third, final = react_run(words, outputs)
+    refund = {
+        "invoice_id": 4471,
+        "amount_cents": 2000,
+        "reason": "Refund $20 on invoice 4471, then restock A-1 with 5 units.",
+    }
+    assert [uses_of(r) for r in (first, second, third)] == [
+        [(LOOKUP, {"sku": "A-1"})],
+        [("issue_refund", refund)],
+        [(RESTOCK, {"sku": "A-1", "quantity": 5})],
+    ]
+    assert second.content[0]["text"] == "mcp_inventory__lookup answered: sku A-1, in stock 12."
+    assert third.content[0]["text"] == "Refund 3 of $20.00 issued on invoice 4471."
+    assert final.content[0]["text"] == "mcp_inventory__restock answered: sku A-1, added 5, in stock 17."
