@@ -54,7 +54,7 @@ class Inventory:
     def lookup(self, sku: str) -> dict:
         with self._locked() as items:
             key = self._known(items, sku)
-            return {"sku": key, **items[key]}
+            return {"sku": key, "name": items[key]["name"], "in_stock": items[key]["in_stock"]}
 
     def restock(self, sku: str, quantity: int) -> dict:
         if quantity < 1 or quantity > MAX_RESTOCK:
