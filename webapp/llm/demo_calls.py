@@ -46,6 +46,7 @@ from typing import Any
 CALL_OPENING = re.compile(r"\[\[\s*call\b", re.IGNORECASE)
 _CALL_NAME = re.compile(r"\s+([^\s\[\]{}]+)")
 _CALL_CLOSING = re.compile(r"\s*\]\]")
+_SPACES = re.compile(r"\s*")
 # "..." or “...” anywhere; '...' or ‘...’ only when the quote marks stand outside words, so that the
 # apostrophe of "customer's" opens nothing
 _QUOTED = re.compile(r"[\"“]([^\"“”]+)[\"”]|(?<!\w)['‘]([^'‘’]+)['’](?!\w)")
@@ -112,7 +113,7 @@ def written_calls(text: str, tools: list[dict]) -> tuple[list[Call], list[Note]]
         if named is None:
             notes.append(Note(at, (at, opening.end()), f"A [[call]] needs a tool's name: {_syntax_example(tools)}"))
             continue
-        name = named.group(1).rstrip("]")
+        name = named.group(1)
         span = (at, named.end())
         if name not in offered:
             notes.append(Note(at, span, f"I can't call {name}: it isn't one of the tools offered to me here."))
@@ -127,7 +128,7 @@ def written_calls(text: str, tools: list[dict]) -> tuple[list[Call], list[Note]]
 
 def _written_arguments(text: str, at: int) -> tuple[dict, int, str]:
     """The JSON object written at `at` (none: no arguments) and where the call ends; or what is wrong."""
-    start = re.compile(r"\s*").match(text, at).end()
+    start = _SPACES.match(text, at).end()
     arguments: Any = {}
     end = start
     if not text.startswith("]]", start):
