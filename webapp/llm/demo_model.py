@@ -5,6 +5,12 @@ reads the last user message: tool results are answered in plain words (one line 
 request in words becomes tool_use blocks, one per action asked for, for the tools the request offers.
 Same request, same response, down to the ids. Test hooks in the user's text ([[long answer]],
 [[max tokens]], [[refusal]], [[invalid tool input]], [[unknown tool]]) force the awkward cases.
+
+Any other tool the request offers (an MCP server's, a team's pack) is called with `[[call TOOL
+{json}]]` or by the words of its name (webapp/llm/demo_calls.py). When a sentence names such a tool
+and the billing phrases read something in it too, the named tool wins if the sentence also holds
+another of its words (its server's name, a word of its description or an argument's name: "look up
+A-1 in the inventory"); otherwise the billing phrases win ("look up Alice Moore").
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from webapp.llm import demo_calls
 from webapp.tools.registry import unwrap_output
 
 _QUOTE = r"[\"“]([^\"”]+)[\"”]"
@@ -24,6 +31,18 @@ _INVOICE = r"\binvoice\s*#?\s*(\d+)"
 _EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
 _LOOKUP_VERB = r"\b(?:look\s*up|lookup|find|search\s+for|who\s+is|who's)\b"
 _FILLER = frozenset("the a an me up for customer customers named called please who is".split())
+# The billing tools the phrases below speak for; any other tool offered is reached through demo_calls.
+PHRASED_TOOLS = frozenset(
+    {
+        "lookup_customer",
+        "lookup_invoices",
+        "issue_refund",
+        "send_email",
+        "delete_account",
+        "verify_identity",
+        "export_customer_data",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -60,16 +79,17 @@ class _Plan:
 def respond(request: dict) -> dict:
     """The demo model's complete Messages API response (a dict) to a request body."""
     messages = request.get("messages") or []
-    tools = {tool.get("name") for tool in request.get("tools") or [] if isinstance(tool, dict)}
+    offered = [tool for tool in request.get("tools") or [] if isinstance(tool, dict) and tool.get("name")]
     if (request.get("tool_choice") or {}).get("type") == "none":
-        tools = set()
+        offered = []
+    tools = {tool["name"] for tool in offered}
     user_index = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
     if user_index is None:
-        content, stop = [_text(_help(tools))], "end_turn"
+        content, stop = [_text(_help(offered))], "end_turn"
     elif _tool_results(messages[user_index]) and not _newest_text(messages[user_index]):
         content, stop = _answer_results(messages, user_index, tools)
     else:  # a new question, possibly sent after a stopped round: answer the newest words
-        content, stop = _answer_text(_newest_text(messages[user_index]), tools)
+        content, stop = _answer_text(_newest_text(messages[user_index]), offered)
     content = [_with_id(block, i, messages) for i, block in enumerate(content)]
     return {
         "id": "msg_demo_" + _digest({**request, "stream": None}),
@@ -86,7 +106,8 @@ def respond(request: dict) -> dict:
 # --- a request in words ---------------------------------------------------------------------------
 
 
-def _answer_text(text: str, tools: set[str]) -> tuple[list[dict], str]:
+def _answer_text(text: str, offered: list[dict]) -> tuple[list[dict], str]:
+    tools = {tool["name"] for tool in offered}
     lowered = text.lower()
     if "[[invalid tool input]]" in lowered:
         return [
@@ -107,16 +128,43 @@ def _answer_text(text: str, tools: set[str]) -> tuple[list[dict], str]:
     if "[[refusal]]" in lowered:
         return [_text("I can't help with that request.")], "refusal"
 
+    if demo_calls.has_call_syntax(text):  # written calls: nothing else in the message is a request
+        written, refused = demo_calls.written_calls(text, offered)
+        return _turn(written, [note.text for note in refused], offered)
+
     plan = _plan(text)
-    calls = [call for call in plan.calls if call.tool in tools]
-    notes = [note.text for note in sorted(plan.notes, key=lambda n: n.position)]
-    notes += [
+    others = [tool for tool in offered if tool["name"] not in PHRASED_TOOLS]
+    worded, worded_notes = demo_calls.worded_calls(text, others)
+    phrased = [*(call for call in plan.calls if call.tool in tools), *plan.notes]  # an unoffered tool's claims nothing
+
+    def phrased_in(span: tuple[int, int]) -> bool:
+        return any(span[0] <= item.position < span[1] for item in phrased)
+
+    # The part of a sentence that names another tool is that tool's, unless the billing phrases read it
+    # too and the sentence holds none of the tool's other words (then "look up Alice" stays a customer
+    # lookup). A mere suggestion never takes words the phrases read.
+    worded = [call for call in worded if call.context > 0 or not phrased_in(call.span)]
+    worded_notes = [note for note in worded_notes if (note.context > 0 and not note.guess) or not phrased_in(note.span)]
+    claimed = [item.span for item in [*worded, *worded_notes] if not getattr(item, "guess", False)]
+
+    def unclaimed(item: Any) -> bool:
+        return not any(start <= item.position < end for start, end in claimed)
+
+    calls = [call for call in plan.calls if call.tool in tools and unclaimed(call)]
+    notes = [*(note for note in plan.notes if unclaimed(note)), *worded_notes]
+    said = [note.text for note in sorted(notes, key=lambda n: n.position)]
+    said += [
         f"I can't {call.phrase} here: the {call.tool} tool isn't available."
         for call in plan.calls
-        if call.tool not in tools
+        if call.tool not in tools and unclaimed(call)
     ]
+    return _turn(sorted([*calls, *worded], key=lambda call: call.position), said, offered)
+
+
+def _turn(calls: list, notes: list[str], offered: list[dict]) -> tuple[list[dict], str]:
+    """The reply: "I'll ..." and a tool_use block per call, the notes after; only words without calls."""
     if not calls:
-        return [_text(" ".join(notes) if notes else _help(tools))], "end_turn"
+        return [_text(" ".join(notes) if notes else _help(offered))], "end_turn"
     intro = "I'll " + _join([call.phrase for call in calls]) + "."
     return [_text(" ".join([intro, *notes])), *(_tool_use(c.tool, c.input) for c in calls)], "tool_use"
 
@@ -342,7 +390,7 @@ def _describe_result(name: str, call_input: dict, result: dict) -> str:
         "verify_identity": _describe_verification,
         "export_customer_data": _describe_export,
     }.get(name)
-    described = describe(data, call_input) if describe else f"{name} returned: {_brief(unwrap_output(text))}"
+    described = describe(data, call_input) if describe else demo_calls.describe_result(name, data)
     return described + (_describe_edit(edit) if edit else "")
 
 
@@ -633,7 +681,9 @@ def _brief(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _help(tools: set[str]) -> str:
+def _help(offered: list[dict]) -> str:
+    tools = {tool["name"] for tool in offered}
+    others = demo_calls.offer_sentence([tool for tool in offered if tool["name"] not in PHRASED_TOOLS])
     abilities = {
         "lookup_customer": "look up customers",
         "lookup_invoices": "list a customer's invoices",
@@ -644,12 +694,14 @@ def _help(tools: set[str]) -> str:
         "export_customer_data": "export a customer's data",
     }
     can = [phrase for tool, phrase in abilities.items() if tool in tools]
-    if not can:
+    if not can and not others:
         return "I'm the offline demo assistant. No tools are available to me here, so I can only chat."
+    if not can:
+        return f"I'm the offline demo assistant. {others}"
     return (
         f"I'm the offline demo billing assistant. I can {_join(can)}. For example: "
         "'refund $12.50 on invoice 4471', 'email customer 12 saying \"Thanks!\"' or "
-        "'look up alice@example.com'."
+        "'look up alice@example.com'." + (f" {others}" if others else "")
     )
 
 

@@ -1,7 +1,8 @@
 """The offline demo model speaking the text protocol (webapp/llm/react.py), so that
 MODEL_PROTOCOL=react works offline too: the request's text is read back into tools, tool calls and
 tool results, the demo model answers that, and its answer goes back as one JSON object in words
-(one action per reply, so a request for several actions is carried out one at a time)."""
+(one action per reply, so a request for several actions is carried out one at a time: after each
+result, the next call the request asked for that no action has made yet)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ def is_react_request(body: dict) -> bool:
 
 def respond(body: dict, responder) -> dict:
     """The demo model's answer to a text-protocol request, in the protocol's words."""
-    answer = responder({**body, "tools": _tools(body["system"]), "messages": _native(body["messages"])})
+    native = {**body, "tools": _tools(body["system"]), "messages": _native(body["messages"])}
+    answer = responder(native)
     uses = [block for block in answer["content"] if block["type"] == "tool_use"]
     words = " ".join(block["text"] for block in answer["content"] if block["type"] == "text").strip()
+    if not uses:
+        uses = _still_to_do(native, responder)
     if uses:
         reply = {
             "thought": words or "I need a tool for this.",
@@ -30,6 +34,43 @@ def respond(body: dict, responder) -> dict:
     else:
         text = json.dumps({"thought": "I can answer this.", "final_answer": words})
     return {**answer, "content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
+
+
+def _still_to_do(native: dict, responder) -> list[dict]:
+    """The calls the person's request asked for that no action has made yet, in order: the protocol
+    takes one action per reply, so the rest of a request for several come one after another."""
+    messages = native["messages"]
+    asked_at = next(
+        (
+            i
+            for i in range(len(messages) - 1, -1, -1)
+            if messages[i]["role"] == "user" and any(b["type"] == "text" for b in messages[i]["content"])
+        ),
+        None,
+    )
+    if asked_at is None or asked_at == len(messages) - 1:
+        return []
+    request = [b for b in messages[asked_at]["content"] if b["type"] == "text"][-1:]
+    first = responder({**native, "messages": [{"role": "user", "content": request}]})
+    made = [
+        _call_key(block)
+        for message in messages[asked_at + 1 :]
+        for block in message["content"]
+        if block["type"] == "tool_use"
+    ]
+    still = []
+    for block in first["content"]:
+        if block["type"] != "tool_use":
+            continue
+        if _call_key(block) in made:
+            made.remove(_call_key(block))
+        else:
+            still.append(block)
+    return still
+
+
+def _call_key(block: dict) -> str:
+    return json.dumps([block["name"], block["input"]], sort_keys=True)
 
 
 def _tools(system: list[dict]) -> list[dict]:
