@@ -171,6 +171,7 @@ def backend(name: str, postgres: str | None = None, redis_url: str | None = None
     process's os.environ is updated too (the app and its worker subprocesses read it)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
         env = {"INSTANCE_PATH": tmp, "SECRET_KEY": "bench", "QUEUE_NAME": "bench-moves", "MOVE_BUDGET": "50"}
+        env["EXTRA_TOOLS"] = "demo.billing:TOOLS"  # the billing demo, as bin/demo loads it
         server = None
         if name == "sqlite":
             env["DATABASE_URL"] = f"sqlite:///{tmp}/bench.db"
@@ -219,8 +220,8 @@ def prepare(app) -> None:
     """Migrate and seed the demo tenants and logins."""
     from flask_migrate import upgrade
 
+    from demo.billing.seed import seed_demo
     from webapp.runtime.extensions import db
-    from webapp.seed import seed_demo
 
     with app.app_context():
         upgrade()

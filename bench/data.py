@@ -175,8 +175,8 @@ def settle(engine, *tables: str) -> None:
 
 def bulk_audit_events(app, count: int) -> dict:
     """`count` events on acme's chain, as `flask --app webapp audit generate` makes them."""
+    from demo.billing.synthetic import generate_events, tenant_for
     from webapp.runtime.extensions import db
-    from webapp.synthetic import generate_events, tenant_for
 
     with app.app_context():
         tenant_id = tenant_for("acme").id

@@ -40,7 +40,7 @@ REQUESTS = (
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="desk-shots-") as instance:
-        env = {**os.environ, "INSTANCE_PATH": instance, "FLASK_APP": "webapp"}
+        env = {**os.environ, "INSTANCE_PATH": instance, "FLASK_APP": "webapp", "EXTRA_TOOLS": "demo.billing:TOOLS"}
         for name in ("DATABASE_URL", "REDIS_URL"):
             env.pop(name, None)  # the temporary instance's own SQLite file and embedded Redis
         flask = [sys.executable, "-m", "flask", "--app", "webapp"]

@@ -31,6 +31,7 @@ from webapp.database import engine_options, prepare_engine
 from webapp.models import Base
 
 ROOT = Path(__file__).resolve().parent.parent
+BILLING = "demo.billing:TOOLS"  # EXTRA_TOOLS of the billing demo; a test adding tools keeps it first
 # Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
 RUNTIME_TABLES = [
     "notification_deliveries",
@@ -142,6 +143,7 @@ def base_env(database_url, redis_url, tmp_path_factory) -> dict[str, str]:
         "SWEEP_INTERVAL_SECONDS": "1",
         "WORKER_STOP_GRACE_SECONDS": "2",
         "MCP_CHECK_SECONDS": "0",  # a test that wants the periodic check of MCP servers sets it
+        "EXTRA_TOOLS": BILLING,  # the billing demo, loaded like any team's pack
     }
 
 
@@ -155,8 +157,8 @@ def migrated(base_env) -> str:
     app = create_app(Config.from_env(base_env))
     with app.app_context():
         upgrade()
+        from demo.billing.seed import seed_demo
         from webapp.runtime.extensions import db
-        from webapp.seed import seed_demo
 
         seed_demo(db.session)
         db.session.commit()
@@ -187,7 +189,7 @@ def engine(migrated):
 @pytest.fixture
 def clean(engine, base_env):
     """Empty the runtime tables, reseed the billing data and empty Redis before a test."""
-    from webapp.seed import seed_demo
+    from demo.billing.seed import seed_demo
 
     with engine.begin() as connection:
         connection.execute(text("UPDATE tenants SET endpoint_id = NULL, small_endpoint_id = NULL"))  # endpoints go

@@ -59,8 +59,8 @@ def test_the_cli_reports_a_bad_setting_in_one_sentence(tmp_path):
     ("entry", "says"),
     [
         ("tests.no_such_module:Tool", "EXTRA_TOOLS: cannot import 'tests.no_such_module'"),
-        ("tests.task_tools:Nothing", "EXTRA_TOOLS: 'tests.task_tools:Nothing' is not a Tool class"),
-        ("webapp.tools.billing:SendEmail", "EXTRA_TOOLS: tool 'send_email' is registered twice"),
+        ("tests.task_tools:Nothing", "EXTRA_TOOLS: 'tests.task_tools:Nothing' is not a Tool class, nor a list of them"),
+        ("demo.billing:TOOLS,demo.billing.tools:SendEmail", "EXTRA_TOOLS: tool 'send_email' is registered twice"),
     ],
 )
 def test_extra_tools_that_cannot_load_stop_the_app_with_a_sentence(tmp_path, entry, says):
@@ -73,7 +73,11 @@ def test_extra_tools_that_cannot_load_stop_the_app_with_a_sentence(tmp_path, ent
 def test_extra_tools_join_the_billing_tools(tmp_path):
     from webapp import create_app
 
-    app = create_app(Config.from_env({"INSTANCE_PATH": str(tmp_path), "EXTRA_TOOLS": "tests.task_tools:Countdown"}))
+    app = create_app(
+        Config.from_env(
+            {"INSTANCE_PATH": str(tmp_path), "EXTRA_TOOLS": "demo.billing:TOOLS,tests.task_tools:Countdown"}
+        )
+    )
     tools = app.extensions["desk"].tools
     assert tools.names()[-1] == "countdown" and "export_customer_data" in tools.names()
 
@@ -184,7 +188,8 @@ def test_seed_demo_is_idempotent_and_prints_the_logins(cli, read):
 
 
 def test_outbox_shows_the_newest_emails_with_their_bodies(cli, session):
-    from webapp.models import Customer, OutgoingEmail, User
+    from demo.billing.models import Customer, OutgoingEmail
+    from webapp.models import User
 
     agent = session.scalar(select(User).where(User.email == "agent@acme.test"))
     customer = session.get(Customer, 4471)

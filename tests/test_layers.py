@@ -32,7 +32,7 @@ CORE = ("agent", "approvals", "conversations", "audit", "api", "runtime")
 
 
 def test_the_core_names_no_tool_and_no_argument_of_the_billing_demo():
-    from webapp.tools.billing import demo_registry
+    from demo.billing.tools import demo_registry
 
     registry = demo_registry()
     tools = set(registry.names())

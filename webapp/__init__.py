@@ -28,8 +28,7 @@ def create_app(config: Config | None = None) -> Flask:
     from webapp.runtime.extensions import db, migrate
     from webapp.runtime.queue import Dispatcher
     from webapp.runtime.services import Services
-    from webapp.tools.billing import demo_tools
-    from webapp.tools.registry import ToolRegistry, load_tool
+    from webapp.tools.registry import ToolRegistry, load_tools
     from webapp.web import errors, ids, rendering, request_logs, security
 
     if config is None:
@@ -63,7 +62,7 @@ def create_app(config: Config | None = None) -> Flask:
         prepare_engine(db.engine)
 
     try:
-        tools = ToolRegistry([*demo_tools(), *(load_tool(entry) for entry in config.extra_tools)])
+        tools = ToolRegistry([tool for entry in config.extra_tools for tool in load_tools(entry)])
     except ValueError as exc:
         raise SystemExit(f"Configuration error: EXTRA_TOOLS: {exc}") from None
     app.extensions["desk"] = Services(config=config, dispatcher=Dispatcher(config), tools=tools)

@@ -34,7 +34,7 @@ def register(app: Flask) -> None:
     @app.cli.command("seed-demo")
     def seed_demo_command():
         """Create the demo tenants, billing data and one login per role (idempotent)."""
-        from webapp.seed import seed_demo
+        from demo.billing.seed import seed_demo
 
         logins = seed_demo(db.session)
         db.session.commit()
@@ -168,7 +168,7 @@ def register(app: Flask) -> None:
     def outbox_command(last):
         """Show the newest emails the tools sent (the demo sends no real mail: a verification code the
         customer would read out is here)."""
-        from webapp.models import OutgoingEmail
+        from demo.billing.models import OutgoingEmail
 
         emails = db.session.scalars(select(OutgoingEmail).order_by(OutgoingEmail.id.desc()).limit(last)).all()
         if not emails:
@@ -254,7 +254,7 @@ def register(app: Flask) -> None:
         """Append COUNT synthetic, valid, hash-chained events to a tenant's chain (for performance tests)."""
         import time
 
-        from webapp.synthetic import generate_events, tenant_for
+        from demo.billing.synthetic import generate_events, tenant_for
 
         tenant = tenant_for(tenant_slug)
         if tenant is None:

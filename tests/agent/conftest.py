@@ -7,10 +7,10 @@ import httpx2
 import pytest
 from sqlalchemy import select
 
+from demo.billing.tools import demo_registry
 from webapp.agent.loop import Loop, LoopSettings
 from webapp.llm.client import ModelClient
 from webapp.models import Conversation, User
-from webapp.tools.billing import demo_registry
 
 
 @pytest.fixture

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
+from demo.billing.models import OutgoingEmail, Refund
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent import access
 from webapp.agent.decisions import arguments_hash, decide
-from webapp.models import OutgoingEmail, Refund, ToolCall, User
+from webapp.models import ToolCall, User
 
 
 def person(session, email: str) -> User:

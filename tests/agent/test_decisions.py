@@ -7,13 +7,14 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
+from demo.billing.models import Customer, Refund
+from demo.billing.tools import demo_registry
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
 from webapp.agent.decisions import DecisionError, arguments_hash, decide, expire_due
 from webapp.agent.policies import PolicyError, policy_for, save_policy
 from webapp.agent.transcript import api_messages
-from webapp.models import Customer, Decision, Refund, ToolCall, User, utcnow
-from webapp.tools.billing import demo_registry
+from webapp.models import Decision, ToolCall, User, utcnow
 
 
 def person(session, email: str) -> User:

@@ -7,6 +7,7 @@ import threading
 import pytest
 from sqlalchemy import func, select
 
+from demo.billing.models import Refund
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent import moves
@@ -14,7 +15,7 @@ from webapp.agent.decisions import DecisionError, arguments_hash, decide
 from webapp.agent.loop import ConversationBusy
 from webapp.agent.transcript import api_messages
 from webapp.llm.wire import validate_request
-from webapp.models import Message, Refund, ToolCall, User
+from webapp.models import Message, ToolCall, User
 
 
 def calls_of(session, loop) -> list[ToolCall]:

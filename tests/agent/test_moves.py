@@ -9,13 +9,14 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from demo.billing.models import Refund
 from tests.model_server import Fault, Reply
 from tests.replies import reply, tool_use
 from webapp.agent import moves, sweeper
 from webapp.agent.decisions import arguments_hash, decide
 from webapp.agent.loop import Loop
 from webapp.agent.moves import TransientMoveError, advance
-from webapp.models import Conversation, Refund, ToolCall, User, utcnow
+from webapp.models import Conversation, ToolCall, User, utcnow
 
 REFUND = {"invoice_id": 4471, "amount_cents": 7000, "reason": "late delivery"}  # above the $50 limit
 

@@ -11,13 +11,14 @@ import httpx2
 import pytest
 from sqlalchemy import select
 
+from demo.billing.models import Refund
+from demo.billing.tools import demo_registry
 from tests.model_server import Reply
 from tests.replies import reply, text
 from webapp.agent.decisions import arguments_hash, decide
 from webapp.agent.loop import Loop, LoopSettings
 from webapp.llm.react import ReactClient, read_action
-from webapp.models import Conversation, Refund, ToolCall, User
-from webapp.tools.billing import demo_registry
+from webapp.models import Conversation, ToolCall, User
 
 
 @pytest.fixture

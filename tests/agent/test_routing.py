@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import select
 
+from demo.billing.tools import demo_registry
 from tests.clients import session_as
 from tests.model_server import Fault, ModelServer, Reply
 from tests.replies import reply, text
@@ -21,7 +22,6 @@ from webapp.config import Config
 from webapp.llm import endpoints, routing
 from webapp.models import AuditEvent, Conversation, ModelCall, utcnow
 from webapp.runtime.services import Services
-from webapp.tools.billing import demo_registry
 
 BIG, MINI = "claude-sonnet-4-5", "claude-haiku-4-5"  # priced, for the costs dashboard
 SIMPLE = "Look up ada@example.com"

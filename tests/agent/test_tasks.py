@@ -11,21 +11,22 @@ import time
 import pytest
 from sqlalchemy import select
 
+from demo.billing.models import OutgoingEmail
+from demo.billing.tools import TOOLS
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from tests.task_tools import BadStatus, Countdown, Stuck
 from webapp.agent import moves, sweeper
 from webapp.agent.decisions import arguments_hash, decide
 from webapp.agent.transcript import api_messages
-from webapp.models import OutgoingEmail, ToolCall, User
-from webapp.tools.billing import demo_tools
+from webapp.models import ToolCall, User
 from webapp.tools.registry import ToolRegistry
 from webapp.tools.tasks import Task, TaskError
 
 
 @pytest.fixture
 def tools() -> ToolRegistry:
-    return ToolRegistry([*demo_tools(), Countdown, Stuck, BadStatus])
+    return ToolRegistry([*TOOLS, Countdown, Stuck, BadStatus])
 
 
 def drive(session, loop, timeout: float = 15.0, seen: list | None = None) -> str:

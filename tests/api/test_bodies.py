@@ -9,11 +9,12 @@ import typing
 import pytest
 from sqlalchemy import func, select
 
+from demo.billing.models import Refund
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.decisions import arguments_hash
 from webapp.api import schemas
-from webapp.models import Conversation, Decision, Refund, ToolCall
+from webapp.models import Conversation, Decision, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.tasks import STATUSES

@@ -9,10 +9,11 @@ from html import unescape
 
 from sqlalchemy import func, select, update
 
+from demo.billing.models import Invoice, Refund
 from tests.approvals.test_inbox import form_token, refund, waiting_calls
 from tests.clients import session_as
 from tests.replies import tool_use
-from webapp.models import AuditEvent, Conversation, Decision, Invoice, Refund, ToolCall, utcnow
+from webapp.models import AuditEvent, Conversation, Decision, ToolCall, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 

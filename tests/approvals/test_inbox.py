@@ -9,11 +9,12 @@ from html import unescape
 import pytest
 from sqlalchemy import func, insert, select
 
+from demo.billing.models import Refund
 from tests.clients import second_admin_approves, session_as
 from tests.conftest import wait_until
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
-from webapp.models import AuditEvent, Conversation, Decision, Refund, ToolCall
+from webapp.models import AuditEvent, Conversation, Decision, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 

@@ -8,10 +8,10 @@ from html import unescape
 
 from sqlalchemy import select
 
+from demo.billing.models import Invoice, Refund
 from tests.approvals.test_decision_page import section, words
 from tests.approvals.test_inbox import refund, waiting_calls
 from tests.clients import second_admin_approves, session_as
-from webapp.models import Invoice, Refund
 from webapp.runtime.extensions import db
 
 

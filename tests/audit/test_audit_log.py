@@ -16,8 +16,9 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import delete, select
 
+from demo.billing import synthetic
 from tests.clients import session_as
-from webapp import audit_chain, synthetic
+from webapp import audit_chain
 from webapp.audit import charts, costs, exports, queries
 from webapp.models import AuditEvent, AuditHead, Conversation, Tenant, User
 from webapp.runtime.extensions import db

@@ -13,8 +13,8 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import select
 
+from demo.billing.models import OutgoingEmail
 from tests.browser.test_live_pages import ask
-from webapp.models import OutgoingEmail
 
 pytestmark = pytest.mark.slow
 

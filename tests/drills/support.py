@@ -24,10 +24,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from werkzeug.serving import make_server
 
+from demo.billing.models import Customer, Invoice, OutgoingEmail, Refund, Subscription
 from tests.conftest import Zygote, process_alive, wait_until
 from tests.replies import reply, tool_use
 from tests.replies import text as text_block
-from webapp.models import AuditEvent, Customer, Invoice, OutgoingEmail, Refund, Subscription, Tenant, ToolCall
+from webapp.models import AuditEvent, Tenant, ToolCall
 
 AGENT, REVIEWER, REVIEWER2 = "agent@acme.test", "reviewer@acme.test", "reviewer2@acme.test"
 PASSWORD = "demo-password"

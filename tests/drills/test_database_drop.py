@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError, PendingRollbackError
 
+from demo.billing.models import Refund
 from tests.conftest import wait_until
 from tests.drills.support import AGENT, REVIEWER, add_drill_customers, scripted_responder
 from tests.integration.test_workers import assert_valid_transcript, wait_status
@@ -18,7 +19,7 @@ from tests.model_server import Reply
 from tests.replies import text as text_block
 from tests.replies import tool_use
 from webapp.agent.moves import advance
-from webapp.models import AuditEvent, Conversation, Message, ModelCall, Refund, ToolCall, User, utcnow
+from webapp.models import AuditEvent, Conversation, Message, ModelCall, ToolCall, User, utcnow
 
 pytestmark = [pytest.mark.slow, pytest.mark.drill]
 

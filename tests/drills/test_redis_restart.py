@@ -15,6 +15,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
+from demo.billing.models import Refund
 from tests.conftest import wait_until
 from tests.drills.support import (
     AGENT,
@@ -31,7 +32,7 @@ from tests.drills.support import (
 from tests.integration.test_workers import assert_valid_transcript
 from tests.replies import text as text_block
 from tests.replies import tool_use
-from webapp.models import Conversation, Refund, User, utcnow
+from webapp.models import Conversation, User, utcnow
 
 pytestmark = [pytest.mark.slow, pytest.mark.drill]
 

@@ -21,6 +21,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from sqlalchemy import func, select
 
+from demo.billing.models import Customer, OutgoingEmail, Refund
 from tests.drills.support import (
     AGENT,
     REVIEWER,
@@ -33,7 +34,7 @@ from tests.drills.support import (
     side_effects_once,
 )
 from tests.integration.test_workers import assert_valid_transcript
-from webapp.models import Conversation, Customer, OutgoingEmail, Refund, utcnow
+from webapp.models import Conversation, utcnow
 from webapp.runtime.queue import move_job_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.drill]

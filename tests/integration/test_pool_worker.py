@@ -8,12 +8,13 @@ import threading
 import pytest
 from sqlalchemy import select
 
+from demo.billing.models import Refund
 from tests.clients import session_as
 from tests.conftest import wait_until
 from tests.integration.test_workers import assert_valid_transcript, start, wait_status
 from tests.model_server import Reply
 from tests.ops.test_metrics import samples, value
-from webapp.models import Conversation, Refund
+from webapp.models import Conversation
 
 pytestmark = pytest.mark.slow
 

@@ -14,15 +14,16 @@ import redis as redis_lib
 from rq.job import Job
 from sqlalchemy import select
 
-from tests.conftest import wait_until
+from demo.billing.models import Invoice, OutgoingEmail
+from tests.conftest import BILLING, wait_until
 from tests.integration.test_workers import AGENT, assert_valid_transcript, start, state, wait_status
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
-from webapp.models import Conversation, Invoice, OutgoingEmail, ToolCall
+from webapp.models import Conversation, ToolCall
 
 pytestmark = pytest.mark.slow
 
-TASK_TOOLS = {"EXTRA_TOOLS": "tests.task_tools:Countdown"}
+TASK_TOOLS = {"EXTRA_TOOLS": f"{BILLING},tests.task_tools:Countdown"}
 
 
 def the_call(read, conversation_id: int, name: str) -> ToolCall:

@@ -10,10 +10,10 @@ import anthropic
 import httpx2
 import pytest
 
+from demo.billing.tools import demo_registry
 from tests.model_server import model_server_fixture  # noqa: F401 - the model_server fixture
 from webapp.llm.demo_model import respond
 from webapp.llm.wire import DemoTransport, validate_request
-from webapp.tools.billing import demo_registry
 from webapp.tools.registry import wrap_output
 
 MODEL = "claude-sonnet-4-6"

@@ -10,9 +10,10 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from webapp.models import Customer, Invoice, OutgoingEmail, Refund, Subscription, Tenant, User
-from webapp.seed import INJECTION_NOTE, seed_demo
-from webapp.tools.billing import demo_registry, demo_tools
+from demo.billing.models import Customer, Invoice, OutgoingEmail, Refund, Subscription
+from demo.billing.seed import INJECTION_NOTE, seed_demo
+from demo.billing.tools import TOOLS, demo_registry
+from webapp.models import Tenant, User
 from webapp.tools.registry import Tool, ToolContext, ToolRegistry, unwrap_output
 
 GLOBEX_CUSTOMER = 8802
@@ -275,7 +276,7 @@ def test_output_is_capped(registry, session):
 
 
 def test_definitions_are_clean_schemas():
-    tools = demo_tools()
+    tools = list(TOOLS)
     assert [t.name for t in tools] == [
         "lookup_customer",
         "lookup_invoices",

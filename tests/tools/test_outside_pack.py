@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from tests.approvals.test_decision_page import section, words
 from tests.clients import session_as
+from tests.conftest import BILLING
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
 from webapp.models import Conversation, ToolCall
@@ -25,7 +26,7 @@ REVIEWER = "reviewer@acme.test"
 @pytest.fixture
 def env(env, tmp_path, monkeypatch) -> dict[str, str]:
     monkeypatch.setenv("ORDERS_FILE", str(tmp_path / "given-back.json"))
-    return {**env, "EXTRA_TOOLS": PACK}
+    return {**env, "EXTRA_TOOLS": f"{BILLING},{PACK}"}
 
 
 def give_back(order: int, dollars: str, note: str = "late") -> dict:

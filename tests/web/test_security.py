@@ -10,11 +10,12 @@ from html.parser import HTMLParser
 import pytest
 from sqlalchemy import func, select
 
+from demo.billing.models import Refund
 from tests.clients import session_as
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.decisions import arguments_hash, decide
-from webapp.models import AuditEvent, Conversation, Refund, ToolCall, User
+from webapp.models import AuditEvent, Conversation, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 

@@ -19,7 +19,7 @@ from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
-from webapp.tools.exports import export_path
+from webapp.tools.files import tool_file_path
 from webapp.web import htmx
 from webapp.web.errors import Refused
 from webapp.web.pagination import BadCursor, Page, keyset_page
@@ -180,7 +180,7 @@ def download(conversation_id: int, tool_call_id: int):
         select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.conversation_id == conversation.id)
     )
     name = card(call, [], services().tools_for(db.session, conversation.tenant_id)).file if call is not None else None
-    path = export_path(services().config.export_dir, conversation.tenant_id, name) if name else None
+    path = tool_file_path(services().config.export_dir, conversation.tenant_id, name) if name else None
     if path is None or not path.is_file():
         abort(404, description="No such file in your account; it may have been removed.")
     return send_file(

@@ -403,17 +403,19 @@ class ToolRegistry:
         return ToolOutcome("", False, elapsed, task=output.with_input(None))
 
 
-def load_tool(entry: str) -> type[Tool]:
-    """The Tool class named by "package.module:ClassName" (EXTRA_TOOLS); ValueError says what is wrong."""
-    module_name, _, class_name = entry.partition(":")
+def load_tools(entry: str) -> list[type[Tool]]:
+    """The Tool classes named by "package.module:Name" (an EXTRA_TOOLS entry): a Tool class, or a pack's
+    list or tuple of them (`demo.billing:TOOLS`); ValueError says what is wrong."""
+    module_name, _, name = entry.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"cannot import {module_name!r} ({exc})") from None
-    tool = getattr(module, class_name, None)
-    if not (isinstance(tool, type) and issubclass(tool, Tool)):
-        raise ValueError(f"{entry!r} is not a Tool class")
-    return tool
+    found = getattr(module, name, None)
+    tools = list(found) if isinstance(found, list | tuple) else [found]
+    if not tools or not all(isinstance(tool, type) and issubclass(tool, Tool) for tool in tools):
+        raise ValueError(f"{entry!r} is not a Tool class, nor a list of them")
+    return tools
 
 
 def wrap_output(name: str, output: Any, limit: int) -> str:

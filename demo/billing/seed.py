@@ -13,8 +13,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from demo.billing.models import Customer, Invoice, Subscription
 from webapp.identity import create_operator, create_user, get_or_create_tenant
-from webapp.models import Customer, Invoice, Subscription, Tenant, User
+from webapp.models import Tenant, User
 
 BASE_DATE = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
 DEMO_PASSWORD = "demo-password"

@@ -15,16 +15,13 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp.models import Customer, Invoice, Refund, utcnow
-from webapp.tools.billing import customer_dict
+from demo.billing.models import Customer, Invoice, Refund
+from demo.billing.tools import customer_dict
+from webapp.models import utcnow
+from webapp.tools.files import tool_file_path
 from webapp.tools.tasks import BackgroundWork
 
 PARTS = ("profile", "invoices", "refunds")
-
-
-def export_path(export_dir: Path, tenant_id: int, file_name: str) -> Path:
-    """Where a tenant's export file lives: one folder per tenant, so a name cannot reach another's."""
-    return export_dir / str(tenant_id) / file_name
 
 
 def write_export(
@@ -53,7 +50,7 @@ def write_export(
         time.sleep(pace_seconds)
     if cancelled():
         return {"cancelled": True}
-    path = export_path(export_dir, tenant_id, file_name)
+    path = tool_file_path(export_dir, tenant_id, file_name)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".part")
     partial.write_text(json.dumps(document, indent=2, default=str))

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 from sqlalchemy import func, or_, select
 
-from webapp.models import Customer, Invoice, OutgoingEmail, Refund, Subscription, utcnow
+from demo.billing.models import Customer, Invoice, OutgoingEmail, Refund, Subscription
+from webapp.models import utcnow
 from webapp.tools.presenting import money, plural, shorten
 from webapp.tools.registry import Concern, Fact, Letter, Record, Review, Tool, ToolContext, ToolError, ToolRegistry
 from webapp.tools.tasks import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, Task
@@ -570,7 +571,7 @@ def _code_hash(tool_call_id: int, code: str) -> str:
     return hashlib.sha256(f"{tool_call_id}:{code}".encode()).hexdigest()
 
 
-EXPORT_WORK = "webapp.tools.exports:export_job"  # run in a worker by context.background.start_work
+EXPORT_WORK = "demo.billing.exports:export_job"  # run in a worker by context.background.start_work
 
 
 class ExportCustomerData(Tool):
@@ -650,11 +651,11 @@ def _follower(context: ToolContext) -> dict:
     return {"conversation_id": context.conversation_id, "tool_call_id": context.tool_call_id}
 
 
-def demo_tools() -> list[type[Tool]]:
-    """The billing tool classes, read-only ones first, then the ones that finish later."""
-    return [LookupCustomer, LookupInvoices, IssueRefund, SendEmail, DeleteAccount, VerifyIdentity, ExportCustomerData]
+# The pack, as EXTRA_TOOLS names it (demo.billing:TOOLS): read-only tools first, then the ones that
+# finish later.
+TOOLS = (LookupCustomer, LookupInvoices, IssueRefund, SendEmail, DeleteAccount, VerifyIdentity, ExportCustomerData)
 
 
 def demo_registry() -> ToolRegistry:
-    """A registry holding the billing tools."""
-    return ToolRegistry(demo_tools())
+    """A registry holding the billing tools (as the desk builds it with EXTRA_TOOLS=demo.billing:TOOLS)."""
+    return ToolRegistry(list(TOOLS))
