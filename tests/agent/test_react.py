@@ -11,6 +11,7 @@ import httpx2
 import pytest
 from sqlalchemy import select
 
+import demo.billing.phrases  # noqa: F401 - the demo model speaks the billing tools' words (the last test)
 from tests.model_server import Reply
 from tests.replies import reply, text
 from webapp.agent.decisions import arguments_hash, decide
