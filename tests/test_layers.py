@@ -26,9 +26,9 @@ def test_every_import_contract_is_kept():
     assert "BROKEN" not in result.stdout and "0 broken" in result.stdout
 
 
-# The desk's core: the loop, the approvals, the conversations, the audit log, the API and the runtime,
+# The desk's core: the loop, the approvals, the conversations, the audit log, the API, the runtime and the model client,
 # with their pages. They read what a tool declares (webapp.tools.Tool) and name no tool of their own.
-CORE = ("agent", "approvals", "conversations", "audit", "api", "runtime")
+CORE = ("agent", "approvals", "conversations", "audit", "api", "runtime", "llm")
 
 
 def test_the_core_names_no_tool_and_no_argument_of_the_billing_demo():

@@ -1,5 +1,6 @@
-"""The offline demo model's calls of any tool a request offers, beyond the billing tools it has
-phrases for (webapp/llm/demo_model.py): a tool of a tenant's MCP server, or a team's tool pack.
+"""The offline demo model's calls of any tool a request offers, beyond the tools a registered
+phrasebook speaks for (webapp/llm/demo_model.py): a tool of a tenant's MCP server, or a team's tool
+pack.
 
 Only the tools in the request's `tools` list are ever called: a tool held, or not allowed for the
 person the conversation acts for, is not in it, so it is answered in words like an unknown one.
@@ -33,7 +34,11 @@ an argument, never a tool's words):
 5. A sentence that names no tool but holds two or more of a tool's other words is answered with a
    suggestion in words. A guess is never called.
 
-demo_model.py decides between these and its billing phrases when both read the same words.
+demo_model.py decides between these and a phrasebook's phrases when both read the same words.
+
+**[[invalid tool input]]**, the demo model's test hook: invalid_call() gives the first required argument
+that is not free text (a number, a flag, a choice, a list) of the first tool that has one the word
+"not-a-number"; when no tool has one, the first tool with a required argument is called without any.
 """
 
 from __future__ import annotations
@@ -428,6 +433,21 @@ def _missing_note(tool: dict, missing: list[str]) -> str:
     examples = [f"{name} {shown[_kind(properties[name])]}" for name in missing if _kind(properties[name]) in shown]
     how = f"Write it after its name (for example: {', '.join(examples)}), or write " if examples else "Write "
     return f"I can't use {tool['name']} yet: I need its {_join(needed)}. {how}{_example_call(tool)}"
+
+
+def invalid_call(tools: list[dict]) -> Call | None:
+    """A call its tool's schema refuses, for the [[invalid tool input]] hook (the module's docstring
+    says which); None when no tool requires an argument."""
+    requiring = [tool for tool in tools if (tool.get("input_schema") or {}).get("required")]
+    for tool in requiring:
+        properties = _properties(tool)
+        for name in tool["input_schema"]["required"]:
+            if _kind(properties.get(name, {})) != "string":
+                arguments = {name: "not-a-number"}
+                return Call(0, (0, 0), tool["name"], arguments, _phrase(tool["name"], arguments))
+    if not requiring:
+        return None
+    return Call(0, (0, 0), requiring[0]["name"], {}, _phrase(requiring[0]["name"], {}))
 
 
 def offer_sentence(tools: list[dict]) -> str:

@@ -4,8 +4,8 @@ Local models behind an Anthropic-compatible server (Ollama, llama.cpp's server) 
 tools natively. For them the request carries no `tools`: the tools are described in the system
 prompt, and the model answers with one JSON object, an action or a final answer:
 
-    {"thought": "...", "action": "lookup_invoices", "action_input": {"customer_id": 4471}}
-    {"thought": "...", "final_answer": "Invoice 4471 is paid."}
+    {"thought": "...", "action": "mcp_inventory__lookup", "action_input": {"sku": "A-1"}}
+    {"thought": "...", "final_answer": "There are 12 blue mugs (A-1) in stock."}
 
 ReactClient speaks that protocol under the same interface as ModelClient, so the loop does not
 change: the history's tool_use blocks go out as the model's own JSON actions and tool_result blocks
