@@ -20,6 +20,7 @@ from tests.conftest import wait_until
 from webapp.models import AuditEvent, McpServer, Tenant, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools import mcp
 from webapp.tools.registry import ToolContext
 
 SCRIPT = Path(__file__).with_name("warehouse.py")
@@ -131,6 +132,14 @@ class Warehouse:
         """How many reserve_stock calls reached the server."""
         received = self.reservations.with_suffix(".received")
         return len(received.read_text().splitlines()) if received.exists() else 0
+
+
+@pytest.fixture(autouse=True)
+def no_server_outlives_the_test() -> Iterator[None]:
+    """The servers this test process started (a tool called in the test's own thread) are stopped
+    with the test, as a worker stops its own when it stops."""
+    yield
+    mcp.close_sessions()
 
 
 @pytest.fixture
