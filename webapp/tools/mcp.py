@@ -392,7 +392,6 @@ class _LiveSessions:
         with anyio.fail_after(access.timeout):
             for first in (True, False):
                 live, reused = await self._session(identity, key, parameters, access)
-                live.in_flight += 1
                 try:
                     return await work(live.client, sent)
                 except MCPError as exc:
@@ -410,8 +409,9 @@ class _LiveSessions:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     async def _session(self, identity, key, parameters, access) -> tuple[_LiveSession, bool]:
-        """The server's live session, started when there is none (or none with this key); and whether
-        it was up before this call asked for it."""
+        """The server's live session, started when there is none (or none with this key), with this
+        call counted in flight on it from the moment it asks (a start slower than MCP_IDLE_SECONDS
+        must not find its session idle); and whether it was up before this call asked for it."""
         live = self._sessions.get(identity)
         if live is not None and live.key != key:
             self._retire(live, "the server or how it is started changed")
@@ -422,14 +422,20 @@ class _LiveSessions:
             self._sessions[identity] = live
             self._running.add(live)
             self._group.start_soon(self._hold, live)
-        await live.ready.wait()
-        if live.failure is not None:
-            raise live.failure
-        if live.client is None:  # ended between its start and this call (all sessions closing)
-            from mcp.shared.exceptions import MCPError
-            from mcp_types import CONNECTION_CLOSED
+        live.in_flight += 1
+        try:
+            await live.ready.wait()
+            if live.failure is not None:
+                raise live.failure
+            if live.client is None:  # ended between its start and this call (all sessions closing)
+                from mcp.shared.exceptions import MCPError
+                from mcp_types import CONNECTION_CLOSED
 
-            raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
+                raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
+        except BaseException:
+            live.in_flight -= 1
+            live.nudge()
+            raise
         return live, reused
 
     async def _hold(self, live: _LiveSession) -> None:
@@ -449,6 +455,7 @@ class _LiveSessions:
                 async with Client(stdio_client(parameters, errlog=sys.__stderr__), cache=None) as client:
                     scope.deadline = math.inf
                     live.client = client
+                    live.last_used = anyio.current_time()
                     live.ready.set()
                     log.info("MCP server %s of tenant %s started for this process", server, tenant)
                     await live.serve()
