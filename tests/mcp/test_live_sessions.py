@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import wait_until
 from tests.integration.test_workers import start, wait_status
-from tests.mcp.conftest import SCRIPT, acme, context, run
+from tests.mcp.conftest import StartedWarehouse, acme, context, run, running
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
 from webapp.runtime.extensions import db
@@ -24,47 +22,6 @@ from webapp.runtime.services import services
 from webapp.tools import mcp
 
 LOOKUP, RESERVE = "mcp_local__lookup_stock", "mcp_local__reserve_stock"
-
-
-class StartedWarehouse:
-    """The warehouse as a stdio server of acme named `local`, noting each start in a file."""
-
-    def __init__(self, folder: Path, linger: float = 0.0) -> None:
-        folder.mkdir(exist_ok=True)
-        self.reservations = folder / "reservations.jsonl"
-        self.hold = folder / "hold"  # while it exists, reserve_stock waits inside the server
-        self.started = folder / "pids"
-        self.command = (
-            f"{sys.executable} {SCRIPT} --stdio --reservations {self.reservations} --hold {self.hold} "
-            f"--pids {self.started} --linger {linger}"
-        )
-
-    def add(self, cli, name: str = "local") -> StartedWarehouse:
-        added = cli("mcp", "add", name, "--command", self.command, "--tenant", "acme")
-        assert added.exit_code == 0, added.output
-        return self
-
-    def pids(self) -> list[int]:
-        """Every process started from this server's command, in order (adding and syncing list the
-        server's tools on a process of their own, which ends with the listing)."""
-        return [int(pid) for pid in self.started.read_text().split()] if self.started.exists() else []
-
-    def received(self) -> int:
-        received = self.reservations.with_suffix(".received")
-        return len(received.read_text().splitlines()) if received.exists() else 0
-
-    def reserved(self) -> list[dict]:
-        return [json.loads(line) for line in self.reservations.read_text().splitlines()]
-
-
-def running(pid: int) -> bool:
-    """The process is there and not a zombie (a process that ended but was not yet reaped counts as
-    gone: nothing of it runs)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def ask(api, model, message: str, *calls: dict) -> int:
