@@ -20,6 +20,7 @@ from tests.replies import reply, tool_use
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools import mcp
+from webapp.tools.registry import ToolError
 
 LOOKUP, RESERVE = "mcp_local__lookup_stock", "mcp_local__reserve_stock"
 
@@ -201,3 +202,30 @@ def test_a_forked_process_starts_with_no_sessions_of_its_parent(cli, tmp_path):
     assert running(parents)  # the parent's session is untouched: its next call starts nothing
     assert not run(LOOKUP, {"sku": "SKU-2"}).is_error
     assert server.pids()[-1] == childs
+
+
+def test_a_stopping_worker_starts_no_server_for_a_move_still_running(cli, tmp_path):
+    server = StartedWarehouse(tmp_path / "local").add(cli)
+    tool, call = services().tools_for(db.session, acme()).get(LOOKUP), context(acme())
+    listed_by_the_add = len(server.pids())
+    seen = tmp_path / "seen-by-the-child.json"
+
+    child = os.fork()  # a process of its own: stopping is for good
+    if child == 0:
+        code = 1
+        try:
+            mcp.close_sessions(stopping=True)  # what the worker's shutdown does
+            try:
+                tool.execute({"sku": "SKU-1"}, call)
+                said = "it ran"
+            except ToolError as exc:
+                said = str(exc)
+            seen.write_text(json.dumps(said))
+            code = 0
+        finally:
+            os._exit(code)
+    wait_until(lambda: os.waitpid(child, os.WNOHANG)[0] == child, 60, "the forked process to end")
+    said = json.loads(seen.read_text())
+    assert said.startswith("This worker process is stopping, so it did not start the MCP server local")
+    assert "nothing was sent" in said
+    assert len(server.pids()) == listed_by_the_add

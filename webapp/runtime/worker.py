@@ -167,8 +167,10 @@ class PoolWorker(SimpleWorker):
                     db.session.remove()
             log.warning("stopping with %s move(s) still running; released %s lease(s)", stranded, released)
         # The MCP servers this process started run in sessions of their own (the SDK starts each in a
-        # new process group, out of reach of a signal to the worker's): stop them before leaving.
-        closed = mcp.close_sessions()
+        # new process group, out of reach of a signal to the worker's): stop them before leaving, and
+        # start none for a move still running. (A loop that ended unasked works on as a fresh worker,
+        # which starts them again when called.)
+        closed = mcp.close_sessions(stopping=self._stop_requested or bool(stranded))
         if closed:
             log.info("stopped %s MCP server(s) this worker had started", closed)
         super().teardown()

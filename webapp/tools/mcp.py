@@ -11,9 +11,14 @@ the model only ever asks for a call, and the call waits for a person like any ot
   ones. A tool whose current definition differs is held: not offered to the model, and a call of it
   refused, until an admin accepts the change. A call also compares the server's listing with the
   accepted definition just before it sends anything, so a change between syncs is never run.
-- A call runs in the worker's thread (`anyio.run`) with a timeout. A server that cannot be reached is
-  tried again with backoff (nothing was sent); a call lost after it was sent is tried again only when
-  the server marks the tool read-only or idempotent (MCP has no idempotency keys). Results, text and
+- A call of a server at a URL connects from the worker's thread (`anyio.run`), one connection per
+  call. A server the desk starts is kept running: one live session per server per process, shared by
+  the process's slots, on an event loop of its own (_LiveSessions), started again when it died or
+  changed and closed after MCP_IDLE_SECONDS without a call and when the worker stops. Either way a
+  call has a timeout; a server that cannot be reached is tried again with backoff (nothing was sent);
+  a call lost after it was sent is tried again only when the server marks the tool read-only or
+  idempotent (MCP has no idempotency keys). Adding, syncing and the periodic check list a started
+  server's tools on a process of their own, which ends with the listing. Results, text and
   structured content alike, go through the registry's fence as external data; an `isError` result
   becomes an error result.
 - Annotations are hints from a server the desk does not control: read-only tools run at once by
@@ -278,7 +283,8 @@ def _run(access: Access, work: Callable[[Client, list], Awaitable[Any]], *, live
 
     try:
         if live and access.command and access.idle_seconds > 0:
-            return _live_sessions().run(access, work, sent)
+            parameters = access.process()  # the operator's door and the exact environment, at every call
+            return _live_sessions(access.server).run(access, parameters, work, sent)
         return _synchronously(main)
     except Exception as exc:  # whatever the transport raised, said in words
         leaf = _leaf(exc)
@@ -377,9 +383,9 @@ class _LiveSessions:
             await self._stopped.wait()
             group.cancel_scope.cancel()
 
-    def run(self, access: Access, work: Callable[[Client, list], Awaitable[Any]], sent: list) -> Any:
-        """The work done on the server's live session, from a slot's thread (see _run)."""
-        parameters = access.process()  # the operator's door and the exact environment, at every call
+    def run(self, access: Access, parameters: dict, work: Callable[[Client, list], Awaitable[Any]], sent: list) -> Any:
+        """The work done on the server's live session, from a slot's thread (see _run); `parameters`:
+        how to start the server (Access.process())."""
         identity = (access.tenant_id, access.server)
         stamp = json.dumps([access.server_id, access.version, parameters], sort_keys=True, default=str)
         key = hashlib.sha256(stamp.encode()).hexdigest()
@@ -515,13 +521,20 @@ class _LiveSessions:
 _live: _LiveSessions | None = None
 _live_lock = threading.Lock()
 _at_fork_registered = False
+_stopping = False  # the worker stops: close_sessions(stopping=True) was called
 
 
-def _live_sessions() -> _LiveSessions:
+def _live_sessions(server: str) -> _LiveSessions:
     """This process's live sessions, started at the first call that needs them. A forked process
-    starts with none: its parent's loop thread and sessions are not its own."""
+    starts with none: its parent's loop thread and sessions are not its own. McpError once the process
+    stops (a move still running past the worker's stop grace starts no server that would outlive it)."""
     global _live, _at_fork_registered
     with _live_lock:
+        if _stopping:
+            raise McpError(
+                f"This worker process is stopping, so it did not start the MCP server {server} for this call; "
+                "nothing was sent. Try again: another worker starts it."
+            )
         if _live is None or _live.pid != os.getpid():
             _live = _LiveSessions()
             if not _at_fork_registered:
@@ -532,16 +545,19 @@ def _live_sessions() -> _LiveSessions:
 
 
 def _forget_sessions_after_fork() -> None:
-    global _live, _live_lock
+    global _live, _live_lock, _stopping
     _live, _live_lock = None, threading.Lock()  # the lock may have been held by a thread the child lacks
+    _stopping = False
 
 
-def close_sessions() -> int:
-    """Close this process's live sessions with started servers, waiting for their processes to stop
-    (a worker stopping, the process exiting); how many were open."""
-    global _live
+def close_sessions(*, stopping: bool = False) -> int:
+    """Close this process's live sessions with started servers, waiting for their processes to stop;
+    how many were open. `stopping`: the process stops (a worker's shutdown), so no call starts a
+    server after this."""
+    global _live, _stopping
     with _live_lock:
         live, _live = _live, None
+        _stopping = _stopping or stopping
     if live is None or live.pid != os.getpid():
         return 0
     return live.close()
