@@ -61,7 +61,7 @@ def test_a_worker_stopped_with_sigterm_stops_the_servers_it_started(cli, api, wo
     assert running(pid)
     worker.terminate()
     assert worker.wait_gone(30), worker.output()
-    wait_until(lambda: not running(pid), 10, "the server the worker started to be stopped with it")
+    wait_until(lambda: not running(pid), 20, "the server the worker started to be stopped with it")
     assert "stopped 1 MCP server(s) this worker had started" in worker.output()
 
 
@@ -74,7 +74,7 @@ def test_a_server_killed_between_calls_is_started_again_by_the_next_call(cli, tm
     first = server.pids()[-1]
     assert running(first) and mcp.open_sessions() == 1
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: not running(first), 10, "the server to die")
+    wait_until(lambda: not running(first), 30, "the server to die")
 
     outcome = run(LOOKUP, {"sku": "SKU-3"})
     assert not outcome.is_error, outcome.content
@@ -141,7 +141,7 @@ def test_a_changed_server_gets_a_new_session_and_the_old_one_is_closed(cli, tmp_
     assert not run(LOOKUP, {"sku": "SKU-1"}).is_error
     second = server.pids()[-1]
     assert second != first and running(second)
-    wait_until(lambda: not running(first), 10, "the old session's server to be stopped")
+    wait_until(lambda: not running(first), 30, "the old session's server to be stopped")
 
     # Another command under the same name (removed and added again by the operator).
     assert cli("mcp", "remove", "local", "--tenant", "acme").exit_code == 0
@@ -149,8 +149,23 @@ def test_a_changed_server_gets_a_new_session_and_the_old_one_is_closed(cli, tmp_
     assert not run(LOOKUP, {"sku": "SKU-1"}).is_error
     third = other.pids()[-1]
     assert running(third) and server.pids()[-1] == second
-    wait_until(lambda: not running(second), 10, "the old command's server to be stopped")
-    wait_until(lambda: mcp.open_sessions() == 1, 10, "the old command's session to end")
+    wait_until(lambda: not running(second), 30, "the old command's server to be stopped")
+    wait_until(lambda: mcp.open_sessions() == 1, 30, "the old command's session to end")
+
+
+@pytest.mark.parametrize("env", [{"MCP_TIMEOUT_SECONDS": "10"}], indirect=True)
+def test_a_server_that_did_not_answer_in_time_is_started_afresh_for_the_next_call(cli, tmp_path):
+    server = StartedWarehouse(tmp_path / "local").add(cli)
+    server.hold.touch()  # reserve_stock never answers
+    outcome = run(RESERVE, {"sku": "SKU-3", "quantity": 1})
+    assert outcome.is_error
+    assert "stopped answering after reserve_stock was sent (it did not answer in time)" in outcome.content
+    stuck = server.pids()[-1]
+    wait_until(lambda: not running(stuck), 30, "the server that did not answer to be stopped")
+
+    server.hold.unlink()
+    assert not run(LOOKUP, {"sku": "SKU-1"}).is_error
+    assert server.pids()[-1] != stuck and server.received() == 1
 
 
 @pytest.mark.parametrize("env", [{"MCP_IDLE_SECONDS": "1"}], indirect=True)
@@ -159,7 +174,7 @@ def test_a_server_idle_for_mcp_idle_seconds_is_stopped_and_the_next_call_starts_
     assert not run(LOOKUP, {"sku": "SKU-1"}).is_error
     first = server.pids()[-1]
     wait_until(lambda: not running(first), 30, "the idle server to be stopped")
-    wait_until(lambda: mcp.open_sessions() == 0, 10, "its session to end")
+    wait_until(lambda: mcp.open_sessions() == 0, 30, "its session to end")
     assert not run(LOOKUP, {"sku": "SKU-1"}).is_error
     assert server.pids()[-1] != first
 

@@ -396,23 +396,31 @@ class _LiveSessions:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
 
-        with anyio.fail_after(access.timeout):
-            for first in (True, False):
-                live, reused = await self._session(identity, key, parameters, access)
-                try:
-                    return await work(live.client, sent)
-                except MCPError as exc:
-                    if exc.code != CONNECTION_CLOSED:
-                        raise
-                    self._retire(live, "its process exited or closed its output")
-                    # A process that died since its last call (killed, crashed) is started again at
-                    # once when nothing was sent yet; a call that was sent is not sent again here.
-                    if sent or not reused or not first:
-                        raise
-                finally:
-                    live.in_flight -= 1
-                    live.last_used = anyio.current_time()
-                    live.nudge()
+        live = None
+        try:
+            with anyio.fail_after(access.timeout):
+                for first in (True, False):
+                    live, reused = await self._session(identity, key, parameters, access)
+                    try:
+                        return await work(live.client, sent)
+                    except MCPError as exc:
+                        if exc.code != CONNECTION_CLOSED:
+                            raise
+                        self._retire(live, "its process exited or closed its output")
+                        # A process that died since its last call (killed, crashed) is started again at
+                        # once when nothing was sent yet; a call that was sent is not sent again here.
+                        if sent or not reused or not first:
+                            raise
+                    finally:
+                        live.in_flight -= 1
+                        live.last_used = anyio.current_time()
+                        live.nudge()
+        except TimeoutError:
+            # A server that did not answer in time may be stuck: the next call starts a fresh one (this
+            # one ends once the calls still in flight on it do, so a slow call elsewhere is not cut).
+            if live is not None:
+                self._retire(live, f"it did not answer within {access.timeout:g} s")
+            raise
         raise AssertionError("unreachable")  # the loop returns or raises
 
     async def _session(self, identity, key, parameters, access) -> tuple[_LiveSession, bool]:
