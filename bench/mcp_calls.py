@@ -4,10 +4,12 @@ the accepted definition compared with the server's listing, then the call.
     .venv/bin/python -m bench.mcp_calls                                 # the tests' warehouse server
     .venv/bin/python -m bench.mcp_calls --command "/tmp/ref/bin/mcp-server-time" \
         --tool get_current_time --arguments '{"timezone": "Europe/Paris"}' --calls 20
+    .venv/bin/python -m bench.mcp_calls --idle-seconds 0                # a server started per call
 
 Prints the first call (which starts the server) and the median and slowest of the calls after it.
 No database, Redis or app: the tool is built from the server's own listing, as `flask mcp add`
-accepts it."""
+accepts it. `--idle-seconds` is MCP_IDLE_SECONDS: 0 starts the server for every call, as the desk did
+before it kept servers running."""
 
 from __future__ import annotations
 
@@ -33,9 +35,17 @@ def main() -> None:
     parser.add_argument("--tool", default="lookup_stock")
     parser.add_argument("--arguments", default='{"sku": "SKU-1"}', help="the call's arguments, as JSON")
     parser.add_argument("--calls", type=int, default=10, help="calls after the first (default 10)")
+    parser.add_argument("--idle-seconds", type=float, default=300.0, help="MCP_IDLE_SECONDS (default 300)")
     args = parser.parse_args()
 
-    access = mcp.Access(server="bench", url=None, command=args.command, command_by_operator=True, timeout=60)
+    access = mcp.Access(
+        server="bench",
+        url=None,
+        command=args.command,
+        command_by_operator=True,
+        timeout=60,
+        idle_seconds=args.idle_seconds,
+    )
     listed = next((tool for tool in mcp.fetch_tools(access) if tool["name"] == args.tool), None)
     if listed is None:
         sys.exit(f"The server does not offer {args.tool}.")
@@ -63,9 +73,7 @@ def main() -> None:
     print(f"first call: {seconds[0] * 1000:.0f} ms")
     if after:
         print(f"next {len(after)}: median {statistics.median(after) * 1000:.1f} ms, slowest {max(after) * 1000:.1f} ms")
-    close = getattr(mcp, "close_sessions", None)
-    if close:
-        close()
+    mcp.close_sessions()
 
 
 if __name__ == "__main__":
