@@ -357,11 +357,13 @@ class Config(_LogSettings):
     extra_tools: Annotated[tuple[str, ...], BeforeValidator(_tool_paths)] = Field((), validation_alias="EXTRA_TOOLS")
     # MCP servers' tools (webapp/tools/mcp.py): the longest one call (or listing) may take, how many
     # tries a server that cannot be reached gets, the wait before the second try (doubled after), and
-    # how often every server's listing is checked for tools changed since accepted (0: never)
+    # how often every server's listing is checked for tools changed since accepted (0: never), and how
+    # long a worker keeps a server it started (stdio) running after its last call (0: one per call)
     mcp_timeout_seconds: float = _number_of("seconds", "MCP_TIMEOUT_SECONDS", 30.0, minimum=0.1)
     mcp_tries: int = _whole_number("MCP_TRIES", 3, minimum=1)
     mcp_retry_seconds: float = _number_of("seconds", "MCP_RETRY_SECONDS", 0.5, minimum=0.0)
     mcp_check_seconds: float = _number_of("seconds", "MCP_CHECK_SECONDS", 300.0, minimum=0.0)
+    mcp_idle_seconds: float = _number_of("seconds", "MCP_IDLE_SECONDS", 300.0, minimum=0.0)
     # the start of the names of the environment variables a tenant's admin may have sent in an MCP
     # server's header ("Authorization: $MCP_SECRET_INVENTORY"); any other variable only an operator may
     # name (`flask mcp add`). Set but empty is refused: it would open every variable.

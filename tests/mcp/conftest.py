@@ -1,8 +1,8 @@
 """The MCP tests' parts: the warehouse MCP server (tests/mcp/warehouse.py) in a subprocess on a free port,
 over the real streamable HTTP transport (the desk may call that one port of 127.0.0.1, OUTBOUND_ALLOW in
 the app's and the workers' settings, and no other private address: the outbound guard stays on); the
-stdio server that tells what it was started with; reading the audit log, the servers and a tool's calls
-as the tests need them."""
+warehouse as a stdio server the desk starts, noting each start; the stdio server that tells what it
+was started with; reading the audit log, the servers and a tool's calls as the tests need them."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.conftest import wait_until
 from webapp.models import AuditEvent, McpServer, Tenant, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools import mcp
 from webapp.tools.registry import ToolContext
 
 SCRIPT = Path(__file__).with_name("warehouse.py")
@@ -74,6 +75,48 @@ def surroundings(tool_name: str, *names: str) -> dict:
 def stdio_command(reservations: Path) -> str:
     """The command that starts the warehouse as a stdio server."""
     return f"{sys.executable} {SCRIPT} --stdio --reservations {reservations}"
+
+
+class StartedWarehouse:
+    """The warehouse as a stdio server the desk starts (acme's `local` unless told), noting each start
+    in a file."""
+
+    def __init__(self, folder: Path, linger: float = 0.0) -> None:
+        folder.mkdir(exist_ok=True)
+        self.reservations = folder / "reservations.jsonl"
+        self.hold = folder / "hold"  # while it exists, reserve_stock waits inside the server
+        self.started = folder / "pids"
+        self.command = (
+            f"{sys.executable} {SCRIPT} --stdio --reservations {self.reservations} --hold {self.hold} "
+            f"--pids {self.started} --linger {linger}"
+        )
+
+    def add(self, cli, name: str = "local", tenant: str = "acme") -> StartedWarehouse:
+        added = cli("mcp", "add", name, "--command", self.command, "--tenant", tenant)
+        assert added.exit_code == 0, added.output
+        return self
+
+    def pids(self) -> list[int]:
+        """Every process started from this server's command, in order (adding and syncing list the
+        server's tools on a process of their own, which ends with the listing)."""
+        return [int(pid) for pid in self.started.read_text().split()] if self.started.exists() else []
+
+    def received(self) -> int:
+        received = self.reservations.with_suffix(".received")
+        return len(received.read_text().splitlines()) if received.exists() else 0
+
+    def reserved(self) -> list[dict]:
+        return [json.loads(line) for line in self.reservations.read_text().splitlines()]
+
+
+def running(pid: int) -> bool:
+    """The process is there and not a zombie (a process that ended but was not yet reaped counts as
+    gone: nothing of it runs)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def free_port() -> int:
@@ -131,6 +174,14 @@ class Warehouse:
         """How many reserve_stock calls reached the server."""
         received = self.reservations.with_suffix(".received")
         return len(received.read_text().splitlines()) if received.exists() else 0
+
+
+@pytest.fixture(autouse=True)
+def no_server_outlives_the_test() -> Iterator[None]:
+    """The servers this test process started (a tool called in the test's own thread) are stopped
+    with the test, as a worker stops its own when it stops."""
+    yield
+    mcp.close_sessions()
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 test can count how often it ran.
 
     python tests/mcp/warehouse.py --port 8765 --reservations /tmp/r.jsonl [--variant 2] [--hold FILE]
-        [--headers FILE] [--stdio]
+        [--headers FILE] [--stdio [--pids FILE] [--linger SECONDS]]
 
 `--variant 2` serves `reserve_stock` with a changed schema (a required `reason`), as a server
 upgraded behind the desk's back would; `--variant 3` serves it unchanged but marked read-only, as a
@@ -11,7 +11,10 @@ proxy that flips its hints would. `WAREHOUSE_TOKEN` in the environment makes the
 refuse requests without `Authorization: Bearer <token>`. With `--hold FILE`, `reserve_stock` notes
 each call it receives (in `<reservations>.received`) and then waits while FILE exists, so a test can
 stop a worker in the middle of a call. With `--headers FILE`, the HTTP server appends the headers of
-every request it receives to FILE (a JSON object a line), so a test can see what the desk sent."""
+every request it receives to FILE (a JSON object a line), so a test can see what the desk sent.
+With `--pids FILE`, a stdio server appends its process id to FILE as it starts, so a test can count
+its starts (and stop one); with `--linger SECONDS`, it waits that long after its stdin closes before
+it exits, as a server slow to stop would, so a test can tell whether the desk stopped it."""
 
 from __future__ import annotations
 
@@ -80,10 +83,16 @@ def main() -> None:
     parser.add_argument("--hold", type=Path, default=None)
     parser.add_argument("--headers", type=Path, default=None)
     parser.add_argument("--stdio", action="store_true")
+    parser.add_argument("--pids", type=Path, default=None)
+    parser.add_argument("--linger", type=float, default=0.0)
     args = parser.parse_args()
     server = build(args.reservations, args.variant, args.hold)
     if args.stdio:
+        if args.pids:
+            with args.pids.open("a") as out:
+                out.write(f"{os.getpid()}\n")
         server.run("stdio")
+        time.sleep(args.linger)
         return
     import uvicorn
 

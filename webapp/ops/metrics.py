@@ -9,9 +9,10 @@ give those, read incrementally (see Tally) so a scrape reads only the rows added
 Access: a bearer token equal to METRICS_TOKEN (Prometheus) or a signed-in operator get the fleet's
 figures; a signed-in tenant admin (a browser) gets their own tenant's: the families that split by
 tenant (model calls, tokens, latency, moves, tool calls, decisions, audit events, open conversations
-and calls, waiting approvals) counted over their tenant's rows only, and none of the fleet's own (the
-queue, its workers and their slots). Without either the answer is 401; nothing here is public. No
-tenant, person or content appears in any label.
+and calls, waiting approvals, MCP tools) counted over their tenant's rows only, and none of the fleet's
+own (the queue, its workers and their slots). Without either the answer is 401; nothing here is
+public. No person or content appears in any label, and no tenant outside the MCP families, which name
+the tenant by its slug, the server and the tool (an MCP server belongs to one tenant).
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from webapp.agent.states import MOVING, CallStatus, ConversationStatus
-from webapp.models import OPERATOR, AuditEvent, Conversation, ModelCall, ToolCall, utcnow
+from webapp.models import OPERATOR, AuditEvent, Conversation, McpServer, McpTool, ModelCall, Tenant, ToolCall, utcnow
 from webapp.runtime.extensions import db
 
 bp = Blueprint("metrics", __name__)
 
 # Model latency buckets, in seconds (the histogram's `le` labels).
 LATENCY_BUCKETS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+# MCP tool call latency buckets: milliseconds on a live session, a second or more when a server starts.
+MCP_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # Conversations and tool calls in these states are counted now; settled ones only grow, and their
 # totals come from the audit log's counters instead.
 OPEN_CONVERSATION_STATES = tuple(
@@ -81,10 +84,13 @@ class Tally:
     a row below the checkpoint can no longer appear. The first scrape of a process reads the table
     once."""
 
-    def __init__(self, id_column, group_by: Sequence, sums: Sequence, settle_seconds: float = 300.0) -> None:
+    def __init__(
+        self, id_column, group_by: Sequence, sums: Sequence, settle_seconds: float = 300.0, where: Sequence = ()
+    ) -> None:
         self.id_column = id_column
         self.group_by = list(group_by)
         self.sums = list(sums)
+        self.where = list(where)  # only the rows these conditions keep
         self.settle_seconds = settle_seconds
         self.checkpoint = 0
         self.settled: dict[tuple, list[float]] = {}
@@ -114,7 +120,7 @@ class Tally:
             func.count(),
             *(func.coalesce(func.sum(expression), 0) for expression in self.sums),
             func.max(self.id_column),
-        ).where(self.id_column > after)
+        ).where(self.id_column > after, *self.where)
         if upto is not None:
             query = query.where(self.id_column <= upto)
         if self.group_by:
@@ -169,6 +175,19 @@ class DeskCollector(Collector):
         )
         self.audit = Tally(
             AuditEvent.id, group_by=[AuditEvent.tenant_id, AuditEvent.action, AuditEvent.outcome], sums=[]
+        )
+        # Runs of MCP tools (every registry name of one starts with mcp_): the audit log's
+        # tool_call_executed events, which carry the outcome and the duration, and are never updated.
+        mcp_seconds = func.coalesce(AuditEvent.data["duration_ms"].as_float(), 0.0) / 1000.0
+        self.mcp_calls = Tally(
+            AuditEvent.id,
+            group_by=[AuditEvent.tenant_id, AuditEvent.tool_name],
+            sums=[
+                case((AuditEvent.outcome == CallStatus.FAILED.value, 1), else_=0),
+                mcp_seconds,
+                *(case((mcp_seconds <= bound, 1), else_=0) for bound in MCP_LATENCY_BUCKETS),
+            ],
+            where=[AuditEvent.action == "tool_call_executed", AuditEvent.tool_name.startswith("mcp_", autoescape=True)],
         )
 
     def collect(self, tenant_id: int | None = None) -> Iterable[Metric]:
@@ -309,7 +328,49 @@ class DeskCollector(Collector):
             beyond = older_than[index + 1] if index + 1 < len(older_than) else 0
             by_age.add_metric([label], max(0, (older_than[index] or 0) - (beyond or 0)))
         families += [pending, age, by_age]
+        families += self._mcp_families(session, tenant_id)
         return families
+
+    def _mcp_families(self, session: Session, tenant_id: int | None) -> list[Metric]:
+        """Per MCP tool of the catalogue (and so per server, summed): its runs, those that failed, their
+        latency, and whether it is held. Labelled by the tenant's slug, the server and the tool's
+        registry name: a server belongs to one tenant, and two tenants' servers of one name are two
+        servers. A tool no longer in the catalogue is left out, so the series stay bounded by it."""
+        labels = ["tenant", "server", "tool"]
+        calls = CounterMetricFamily("desk_mcp_tool_calls", "Runs of MCP tools (each run of a call).", labels=labels)
+        errors = CounterMetricFamily(
+            "desk_mcp_tool_errors",
+            "Runs of MCP tools that failed: the server's error, unreachable, refused, held or changed.",
+            labels=labels,
+        )
+        latency = HistogramMetricFamily(
+            "desk_mcp_tool_call_latency_seconds",
+            "Time an MCP tool's run took, its listing check and any retries included.",
+            labels=labels,
+        )
+        held = GaugeMetricFamily(
+            "desk_mcp_tool_held",
+            "1 while an MCP tool is held (its server changed it since an admin accepted it), else 0.",
+            labels=labels,
+        )
+        catalogue = select(McpTool.tenant_id, McpTool.registry_name, McpTool.held, McpServer.name, Tenant.slug)
+        catalogue = catalogue.join(McpServer, McpServer.id == McpTool.server_id).join(
+            Tenant, Tenant.id == McpTool.tenant_id
+        )
+        if tenant_id is not None:
+            catalogue = catalogue.where(McpTool.tenant_id == tenant_id)
+        tools = sorted(session.execute(catalogue).all(), key=lambda row: (row.slug, row.name, row.registry_name))
+        runs = self.mcp_calls.totals(session) if tools else {}
+        nothing = [0.0] * (3 + len(MCP_LATENCY_BUCKETS))
+        for tool in tools:
+            named = [tool.slug, tool.name, tool.registry_name]
+            count, failed, seconds, *cumulative = runs.get((tool.tenant_id, tool.registry_name), nothing)
+            calls.add_metric(named, count)
+            errors.add_metric(named, failed)
+            buckets = [(_le(bound), n) for bound, n in zip(MCP_LATENCY_BUCKETS, cumulative, strict=True)]
+            latency.add_metric(named, [*buckets, ("+Inf", count)], seconds)
+            held.add_metric(named, 1 if tool.held else 0)
+        return [calls, errors, latency, held]
 
     # --- Redis ----------------------------------------------------------------------------------
 

@@ -10,8 +10,10 @@ Stopping: the first SIGTERM or SIGINT stops taking jobs and lets the moves in fl
 to WORKER_STOP_GRACE_SECONDS (25: below the 30 s most process managers wait before SIGKILL). Moves
 still running then have their leases released, so the sweeper hands them to another worker at its
 next pass instead of after a lease, and whatever they write later is refused by the guard (they no
-longer hold the lease). A second signal stops at once; a SIGKILL loses nothing either: the leases
-expire and the sweeper re-enqueues.
+longer hold the lease). The MCP servers the process started (webapp/tools/mcp.py keeps one per
+server while calls come) are stopped before it exits. A second signal stops at once; a SIGKILL
+loses nothing either: the leases expire and the sweeper re-enqueues (and a server the desk started
+sees its stdin close and ends, as the MCP stdio transport asks of it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from webapp.agent import moves
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.runtime.work import process_owner
+from webapp.tools import mcp
 
 log = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 5.0  # seconds; RQ's worker key lives for its worker_ttl (minutes)
@@ -163,6 +166,13 @@ class PoolWorker(SimpleWorker):
                 finally:
                     db.session.remove()
             log.warning("stopping with %s move(s) still running; released %s lease(s)", stranded, released)
+        # The MCP servers this process started run in sessions of their own (the SDK starts each in a
+        # new process group, out of reach of a signal to the worker's): stop them before leaving, and
+        # start none for a move still running. (A loop that ended unasked works on as a fresh worker,
+        # which starts them again when called.)
+        closed = mcp.close_sessions(stopping=self._stop_requested or bool(stranded))
+        if closed:
+            log.info("stopped %s MCP server(s) this worker had started", closed)
         super().teardown()
         self._pool.shutdown(wait=False)
         if stranded:
