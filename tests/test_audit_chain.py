@@ -26,10 +26,18 @@ def installed():
 
 @pytest.fixture
 def fresh(engine, clean):
-    """An empty audit log (the conftest's `clean` leaves the audit tables alone)."""
-    with engine.begin() as connection:
-        connection.execute(delete(AuditEvent))
-        connection.execute(delete(AuditHead))
+    """An empty audit log before and after the test (the conftest's `clean` leaves the audit tables
+    alone): a tampered chain left behind (an event appended past its head, a head deleted) would make
+    the next test in this process fail to write its first event."""
+
+    def empty():
+        with engine.begin() as connection:
+            connection.execute(delete(AuditEvent))
+            connection.execute(delete(AuditHead))
+
+    empty()
+    yield
+    empty()
 
 
 @pytest.fixture

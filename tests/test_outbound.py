@@ -12,6 +12,7 @@ import httpx2
 import pytest
 
 from tests.listeners import SECRET, Listener
+from tests.loops import in_own_thread
 from webapp import outbound
 
 PRIVATE_SPELLINGS = [
@@ -129,7 +130,7 @@ def _get_async(url: str) -> None:
         async with outbound.async_client((), timeout=1) as client:
             await client.get(url)
 
-    anyio.run(get)
+    in_own_thread(anyio.run, get)
 
 
 @pytest.mark.parametrize("get", [_get_sync, _get_async], ids=["sync", "async"])

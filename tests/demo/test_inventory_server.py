@@ -12,6 +12,8 @@ import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.loops import in_own_thread
+
 
 def session_with(state: Path, work):
     """work(session) against a freshly started server keeping its stock in `state`; what it returns."""
@@ -26,7 +28,7 @@ def session_with(state: Path, work):
             await session.initialize()
             return await work(session)
 
-    return anyio.run(run)
+    return in_own_thread(anyio.run, run)
 
 
 def call(state: Path, tool: str, arguments: dict) -> tuple[bool, str]:

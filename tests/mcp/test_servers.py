@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.clients import sign_in
+from tests.loops import in_own_thread
 from tests.mcp.conftest import events, newest_event, stdio_command
 from webapp.models import McpServer, McpTool, Tenant
 from webapp.runtime.extensions import db
@@ -222,4 +223,5 @@ def test_a_server_is_reached_from_a_thread_that_already_runs_an_event_loop(wareh
     async def inside_a_loop():
         return mcp.fetch_tools(access)
 
-    assert {tool["name"] for tool in asyncio.run(inside_a_loop())} == {"lookup_stock", "reserve_stock"}
+    listed = in_own_thread(lambda: asyncio.run(inside_a_loop()))
+    assert {tool["name"] for tool in listed} == {"lookup_stock", "reserve_stock"}
