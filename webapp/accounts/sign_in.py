@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 
@@ -47,14 +48,20 @@ def _attempted_account() -> str:
     return account_limit_key(request.form.get("email") or "")
 
 
+def _seconds_left(until: float) -> int:
+    return max(1, math.ceil(until - time.time()))
+
+
 def _blocked(limit: RequestLimit, kind: str) -> None:
     """A sign-in refused by a limit: counted for its key (the address, or the account) over the
     limit's window, and audited as "sign_in_blocked" when the count is 1, 10, 100, ... (so a flood
     writes a handful of events, the last saying how many at least); the page tells when to try again."""
-    until = limit.reset_at
+    # The window's own end, not flask-limiter's reset_at (which adds a second to it, so a lock of 15
+    # minutes taken within the same second as the first failure read "in 16 minutes").
+    until = limit.window.reset_time
     g.sign_in_blocked_until = until
     # The count lives as long as the limit's window: the next window's first refusal starts again at 1.
-    count = limiter.limiter.storage.incr(f"sign-in-blocked/{limit.key}", max(1, until - int(time.time())))
+    count = limiter.limiter.storage.incr(f"sign-in-blocked/{limit.key}", _seconds_left(until))
     if count != 10 ** (len(str(count)) - 1):  # audited at 1, 10, 100, ...
         return
     email = (request.form.get("email") or "").strip().lower()[:254]
@@ -143,13 +150,13 @@ def rate_limited(exc: RateLimitExceeded):
     until = getattr(g, "sign_in_blocked_until", None)
     retry = None
     if until is not None:
-        minutes = max(1, -(-(until - int(time.time())) // 60))  # rounded up
+        minutes = max(1, math.ceil((until - time.time()) / 60))
         retry = {
             "at": datetime.fromtimestamp(until, UTC),
             "in": "1 minute" if minutes == 1 else f"{minutes} minutes",
         }
     response = render_template("accounts/sign_in.html", form=form, blocked=exc.description, retry=retry)
-    headers = {"Retry-After": str(max(1, until - int(time.time())))} if until is not None else {}
+    headers = {"Retry-After": str(_seconds_left(until))} if until is not None else {}
     return response, 429, headers
 
 
