@@ -87,28 +87,47 @@ class Dispatcher:
         return Queue(self.config.queue_name, connection=self.redis)
 
     @cached_property
+    def people_queue(self) -> Queue:
+        """The moves that follow a person's act (a decision, a new message, stop, retry, budget): served
+        before every other move, with slots of their own in each worker (WORKER_PEOPLE_SLOTS)."""
+        return Queue(f"{self.config.queue_name}-people", connection=self.redis)
+
+    @property
+    def move_queues(self) -> list[Queue]:
+        """Where moves wait, in the order workers take them."""
+        return [self.people_queue, self.queue]
+
+    @cached_property
     def background_queue(self) -> Queue:
         """Tools' long jobs (exports): workers take them only when no move is waiting."""
         return Queue(f"{self.config.queue_name}-background", connection=self.redis)
 
-    def enqueue_move(self, conversation_id: int, version: int, recovery: int = 0) -> bool:
-        """Enqueue the conversation's move for this version; False if that job already exists.
+    def enqueue_move(
+        self, conversation_id: int, version: int, recovery: int = 0, *, people: bool = False, delay: float = 0
+    ) -> bool:
+        """Enqueue the conversation's move for this version; False if that job already exists. `people`:
+        the move follows a person's act, and goes on the people queue, ahead of the rest; `delay`: it is
+        due that many seconds from now (RQ's scheduler enqueues it then).
 
         Raises QueueUnavailable when Redis cannot be reached: the state is committed already, and the
         sweeper enqueues the move once Redis is back."""
-        retries = self.config.move_retries
+        config = self.config
+        retries = config.move_retries
+        queue = self.people_queue if people else self.queue
+        job = dict(
+            job_id=move_job_id(conversation_id, version, recovery),
+            unique=True,
+            retry=Retry(max=retries, interval=list(config.move_retry_intervals)) if retries else None,
+            # a job makes up to MOVE_CHAIN_SECONDS of moves, and then finishes the one it is making
+            job_timeout=max(600, int(config.model_timeout_seconds * 4 + config.move_chain_seconds)),
+            result_ttl=0,  # nothing reads a move's result: the database holds it; failures are kept
+            failure_ttl=7 * 24 * 3600,
+        )
         try:
-            self.queue.enqueue(
-                MOVE_JOB,
-                conversation_id,
-                version,
-                job_id=move_job_id(conversation_id, version, recovery),
-                unique=True,
-                retry=Retry(max=retries, interval=list(self.config.move_retry_intervals)) if retries else None,
-                job_timeout=max(600, int(self.config.model_timeout_seconds * 4)),
-                result_ttl=0,  # nothing reads a move's result: the database holds it; failures are kept
-                failure_ttl=7 * 24 * 3600,
-            )
+            if delay > 0:
+                queue.enqueue_in(timedelta(seconds=delay), MOVE_JOB, conversation_id, version, **job)
+            else:
+                queue.enqueue(MOVE_JOB, conversation_id, version, **job)
         except DuplicateJobError:
             return False
         except (redis.RedisError, OSError) as exc:
@@ -183,7 +202,7 @@ class Dispatcher:
         if status == JobStatus.STARTED and job.started_at is not None:
             return _since(job.started_at) < timedelta(seconds=self.config.lease_seconds)
         if status == JobStatus.QUEUED:
-            if self.redis.lpos(self.queue.key, job.id) is not None:
+            if any(self.redis.lpos(queue.key, job.id) is not None for queue in self.move_queues):
                 return True
             # Not in the queue: a worker popped it and marks it started a moment later (or died in
             # that moment). Enqueued (or re-enqueued for a retry) less than a lease ago, it is alive.
