@@ -186,11 +186,16 @@ def register(app: Flask) -> None:
         default=None,
         help="Jobs run at once, each in a slot of its own (default: WORKER_CONCURRENCY, 20).",
     )
-    def worker_command(burst, name, concurrency):
+    @click.option(
+        "--people-only",
+        is_flag=True,
+        help="Take only the moves that follow a person's act (a process of its own beside the pool workers).",
+    )
+    def worker_command(burst, name, concurrency, people_only):
         """Run a worker: moves, retries and the periodic sweeper, several moves at once."""
         from webapp.runtime.worker import run_worker
 
-        run_worker(app, burst=burst, name=name, concurrency=concurrency)
+        run_worker(app, burst=burst, name=name, concurrency=concurrency, people_only=people_only)
 
     audit_group = AppGroup("audit", help="The audit log.")
 

@@ -138,3 +138,16 @@ def test_a_full_pool_keeps_a_slot_for_the_move_a_person_asked_for(api, workers, 
     gate.set()
     for conversation_id in [*background, person]:
         assert_valid_transcript(wait_status(api, conversation_id, "completed", timeout=60))
+
+
+def test_a_people_only_worker_takes_the_moves_people_asked_for_and_no_other(api, workers, model):
+    dispatcher = services().dispatcher
+    other = start(api, "Show invoices for customer 4471 (the loop's own move)")
+    Job.fetch(move_job_id(other, 1), connection=dispatcher.redis).delete()
+    dispatcher.enqueue_move(other, 1)  # on the moves queue, as the loop or the sweeper enqueues
+    person = start(api, "Show invoices for customer 4471 (a person's)")
+    workers(args=("--people-only", "--concurrency", "2"))
+    assert_valid_transcript(wait_status(api, person, "completed", timeout=60))
+    assert move_job_id(other, 1) in dispatcher.queue.job_ids  # left for the pool workers
+    workers()
+    assert_valid_transcript(wait_status(api, other, "completed", timeout=60))

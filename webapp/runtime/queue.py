@@ -187,13 +187,22 @@ class Dispatcher:
             return False
         return True
 
-    def job_alive(self, job_id: str) -> bool:
+    def waiting_move_ids(self) -> set[str]:
+        """The ids of the jobs waiting on the move queues now: one read for a sweep, instead of a
+        search of the queues for each stalled conversation."""
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in self.move_queues:
+            pipe.lrange(queue.key, 0, -1)
+        return {job_id.decode() for ids in pipe.execute() for job_id in ids}
+
+    def job_alive(self, job_id: str, waiting: set[str] | None = None) -> bool:
         """Whether a job will still run the move. A worker killed after taking a job off the queue
         leaves it "queued" (in RQ's intermediate list) or "started" for minutes; a live worker claims
         the conversation's lease at once, so a job started, or taken, longer than a lease ago is dead.
         Guessing dead wrongly costs a duplicate job: it finds nothing to claim while the original
         runs, but after a transient failure (the lease released for RQ's retry) it is an attempt more
-        than MOVE_RETRIES allows, so a job just taken by a worker counts as alive."""
+        than MOVE_RETRIES allows, so a job just taken by a worker counts as alive. `waiting`: the
+        move queues' job ids read once before (waiting_move_ids), for many questions in a row."""
         try:
             job = Job.fetch(job_id, connection=self.redis)
         except NoSuchJobError:
@@ -202,12 +211,16 @@ class Dispatcher:
         if status == JobStatus.STARTED and job.started_at is not None:
             return _since(job.started_at) < timedelta(seconds=self.config.lease_seconds)
         if status == JobStatus.QUEUED:
-            if any(self.redis.lpos(queue.key, job.id) is not None for queue in self.move_queues):
+            in_a_queue = (job.id in waiting) if waiting is not None else self._waiting(job.id)
+            if in_a_queue:
                 return True
             # Not in the queue: a worker popped it and marks it started a moment later (or died in
             # that moment). Enqueued (or re-enqueued for a retry) less than a lease ago, it is alive.
             return _since(job.enqueued_at) < timedelta(seconds=self.config.lease_seconds)
         return status in LIVE_JOB_STATES
+
+    def _waiting(self, job_id: str) -> bool:
+        return any(self.redis.lpos(queue.key, job_id) is not None for queue in self.move_queues)
 
     @cached_property
     def _channel_prefix(self) -> str:

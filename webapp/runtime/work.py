@@ -119,12 +119,14 @@ def sweep() -> int:
     dispatcher = desk.dispatcher
     recovered = []
     try:
-        for conversation in sweeper.stalled(db.session, grace_seconds=desk.config.sweep_interval_seconds):
+        stalled = sweeper.stalled(db.session, grace_seconds=desk.config.sweep_interval_seconds)
+        waiting = dispatcher.waiting_move_ids() if stalled else set()
+        for conversation in stalled:
             cid = conversation.id
 
             def alive(version: int, recoveries: int, cid=cid) -> bool:
-                return dispatcher.job_alive(move_job_id(cid, version)) or (
-                    recoveries > 0 and dispatcher.job_alive(move_job_id(cid, version, recoveries))
+                return dispatcher.job_alive(move_job_id(cid, version), waiting) or (
+                    recoveries > 0 and dispatcher.job_alive(move_job_id(cid, version, recoveries), waiting)
                 )
 
             claim = sweeper.recover(db.session, conversation, alive)

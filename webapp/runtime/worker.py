@@ -242,10 +242,13 @@ def _retire(worker: PoolWorker) -> None:
         pass
 
 
-def run_worker(app: Flask, burst: bool = False, name: str | None = None, concurrency: int | None = None) -> bool:
-    """Work the moves queue, then tools' background jobs, `concurrency` jobs at a time (default:
-    WORKER_CONCURRENCY), until stopped (or until both are empty with burst); returns whether any job
-    ran."""
+def run_worker(
+    app: Flask, burst: bool = False, name: str | None = None, concurrency: int | None = None, people_only: bool = False
+) -> bool:
+    """Work the people queue, the moves queue, then tools' background jobs, `concurrency` jobs at a
+    time (default: WORKER_CONCURRENCY), until stopped (or until they are empty with burst); returns
+    whether any job ran. `people_only`: the people queue alone, in a process of its own, which the
+    operating system gives its share of the CPU however busy the pool workers' threads are."""
     with app.app_context():
         logs.configure(app)  # JSON lines; RQ's own loggers then write through it too
         desk = services()
@@ -255,6 +258,8 @@ def run_worker(app: Flask, burst: bool = False, name: str | None = None, concurr
         people_slots = desk.config.worker_people_slots
         if people_slots is None:
             people_slots = max(1, slots // 10) if slots >= 4 else 0
+        if people_only:
+            queues, people_slots = [dispatcher.people_queue], 0
 
         def new_worker() -> PoolWorker:
             return PoolWorker(
