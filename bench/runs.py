@@ -89,7 +89,7 @@ def worker_pool(
     log_path = Path(env["INSTANCE_PATH"]) / f"{tag}.log"
     log = log_path.open("wb")
     command = [sys.executable, "-m", "bench.worker", "--class", kind]
-    if kind == "pool" and concurrency:
+    if kind in ("pool", "people") and concurrency:
         command += ["--concurrency", str(concurrency)]
     procs = [
         subprocess.Popen(

@@ -82,7 +82,7 @@ FULL = {
     "inflight": "40:2.25:2:20,200:5:1:200,40:2.25:2:1",
     "decisions": 20,
     "approval_classes": "pool,simple",
-    "approvals_in_flight": "200:5:2:120",
+    "approvals_in_flight": "100:5:2:120,200:5:2:120,300:5:2:150",
     "page_conversations": 100_000,
     "audit_events": 1_000_000,
     "waiting_sizes": "1000,100000",
@@ -120,7 +120,8 @@ HELP = {
     "inflight": "scenarios conversations:reply_seconds:workers:slots, comma-separated",
     "decisions": "approvals to time (idle, and in flight)",
     "approval_classes": "worker classes to time idle approvals with",
-    "approvals_in_flight": "background load for approvals: in_flight:reply_seconds:workers:slots (0 skips it)",
+    "approvals_in_flight": "background loads for approvals, comma-separated: in_flight:reply_seconds:workers:slots "
+    "(0 skips them)",
     "page_conversations": "conversations in the database for the pages",
     "audit_events": "audit events in the database for the pages",
     "waiting_sizes": "waiting calls for the reviewer's pages, comma-separated, smallest first",
@@ -334,16 +335,17 @@ def run_backend(name: str, args, postgres: str | None, shared: dict) -> dict:
                 with worker_pool(env, kind, 1, slots) as pool:
                     progress(f"{label}: approval to resume, {class_label(kind, slots)} x1 idle, {args.decisions}")
                     result["approvals"][kind] = approvals_part.measure_approvals(app, env, args.decisions, pool.check)
-            load = args.approvals_in_flight
-            if load:
+            if args.approvals_in_flight:
+                result["approvals_in_flight"] = []
+            for load in args.approvals_in_flight:
                 progress(
                     f"{label}: approval to resume with {load['in_flight']} conversations in flight "
                     f"(L={load['reply_seconds']:g} s, {load['workers']} x {load['slots']} slots), {args.decisions}"
                 )
-                result["approvals_in_flight"] = approvals_part.measure_approvals_in_flight(
-                    app, env, args.decisions, **load
-                )
-                progress(f"{label}:   worker log: {result['approvals_in_flight']['settings']['worker_log']}")
+                row = approvals_part.measure_approvals_in_flight(app, env, args.decisions, **load)
+                result["approvals_in_flight"].append(row)
+                settings = row["settings"]
+                progress(f"{label}:   CPU busy {settings['cpu_busy_share']}; worker log: {settings['worker_log']}")
         if "context" in args.parts:
             progress(f"{label}: a {args.context_turns}-turn chat against a 12,000-token window, three ways")
             result["context"] = measure_context(app, args.context_turns)
@@ -435,7 +437,15 @@ def tables(report: dict) -> list[Table]:
                 *(
                     f"{b} {c}"
                     for b in labels
-                    for c in ("moves/s", "vs 1 worker", "vs SimpleWorker", "CPU ms/move", "CPU bound moves/s")
+                    for c in (
+                        "moves/s",
+                        "vs 1 worker",
+                        "vs SimpleWorker",
+                        "CPU ms/move",
+                        "of it workers",
+                        "of it database and Redis",
+                        "CPU bound moves/s",
+                    )
                 ),
                 *(["PG / SQLite"] if both else []),
             ],
@@ -455,6 +465,8 @@ def tables(report: dict) -> list[Table]:
                         one and one["moves_per_s"],
                         simple and simple["moves_per_s"],
                         round(cpu, 2),
+                        mine.get("worker_cpu_ms_per_move"),
+                        mine.get("services_cpu_ms_per_move"),
                         mine.get("cpu_bound_moves_per_s"),
                     )
                 )
@@ -462,7 +474,7 @@ def tables(report: dict) -> list[Table]:
                 class_label(row["class"], row.get("slots")),
                 row["workers"],
                 row["conversations"],
-                *(x for c in cells for x in (c[0], ratio(c[0], c[1]), ratio(c[0], c[2]), c[3], c[4])),
+                *(x for c in cells for x in (c[0], ratio(c[0], c[1]), ratio(c[0], c[2]), *c[3:])),
                 *pg_over_sqlite([c[0] for c in cells]),
             )
         out.append(table)
@@ -527,49 +539,53 @@ def tables(report: dict) -> list[Table]:
             )
         out.append(table)
     if first.get("approvals"):
-        load = first.get("approvals_in_flight")
-        loaded = []
-        if load:
-            s = load["settings"]
-            lost = sum(
-                results[b]["approvals_in_flight"]["settings"]["worker_log"]["sweeper_re_enqueued"] for b in backends
-            )
-            loaded = [
-                f"{s['in_flight']} in flight (L={s['reply_seconds']:g} s, {s['workers']} x {s['slots']} slots"
-                + (f"; the sweeper re-enqueued {lost} moves Redis refused" if lost else "")
-                + ")"
-            ]
         table = Table(
-            "Approval to resume (ms): one idle worker (zero-latency model)"
-            + (f", and on PoolWorkers with {loaded[0]}" if loaded else ""),
+            "Approval to resume (ms): one idle worker (zero-latency model)",
             [
                 "worker class",
                 "measure",
-                *(
-                    f"{b} {c}"
-                    for b in labels
-                    for c in ("idle p50", "idle p95", *(("in flight p50", "in flight p95") if loaded else ()))
-                ),
+                *(f"{b} {c}" for b in labels for c in ("idle p50", "idle p95")),
                 *(["PG / SQLite idle p50"] if both else []),
             ],
             labels=2,
         )
         for kind, measures in first["approvals"].items():
             for measure in measures:
-                cells = []
-                for b in backends:
-                    idle = results[b]["approvals"][kind][measure]
-                    cells += [idle["p50_ms"], idle["p95_ms"]]
-                    if loaded:
-                        busy = results[b].get("approvals_in_flight") if kind == "pool" else None
-                        busy = busy and busy["measures"].get(measure)
-                        cells += [busy["p50_ms"], busy["p95_ms"]] if busy else ["-", "-"]
+                cells = [results[b]["approvals"][kind][measure] for b in backends]
                 table.add(
                     class_label(kind),
                     measure,
-                    *cells,
-                    *pg_over_sqlite([results[b]["approvals"][kind][measure]["p50_ms"] for b in backends]),
+                    *(x for c in cells for x in (c["p50_ms"], c["p95_ms"])),
+                    *pg_over_sqlite([c["p50_ms"] for c in cells]),
                 )
+        out.append(table)
+    if first.get("approvals_in_flight"):
+        table = Table(
+            "Approval to resume and a new message's first words (ms), on PoolWorkers while other "
+            "conversations stay in flight (every model reply taking L)",
+            [
+                "load",
+                "measure",
+                *(f"{b} {c}" for b in labels for c in ("p50", "p95")),
+            ],
+            labels=2,
+        )
+        for number, load in enumerate(first["approvals_in_flight"]):
+            s = load["settings"]
+            rows = [results[b]["approvals_in_flight"][number] for b in backends]
+            lost = sum(row["settings"]["worker_log"]["sweeper_re_enqueued"] for row in rows)
+            busy = "/".join(f"{row['settings']['cpu_busy_share']:.0%}" for row in rows)
+            people = s.get("people_workers")
+            name = (
+                f"{s['in_flight']} in flight, L={s['reply_seconds']:g} s, {s['workers']} x {s['slots']} slots"
+                + (f" + {people} people-only x 10" if people else "")
+                + f" (CPU busy {busy}"
+                + (f"; the sweeper re-enqueued {lost}" if lost else "")
+                + ")"
+            )
+            for measure in load["measures"]:
+                cells = [row["measures"][measure] for row in rows]
+                table.add(name, measure, *(x for c in cells for x in (c["p50_ms"], c["p95_ms"])))
         out.append(table)
     if "pages" in first:
         made = first["pages"]["data"]
@@ -667,7 +683,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--waiting-sizes must grow from the smallest to the largest, each once")
     try:
         args.inflight = parse_scenarios(args.inflight)
-        args.approvals_in_flight = approvals_part.parse_load(args.approvals_in_flight)
+        args.approvals_in_flight = approvals_part.parse_loads(args.approvals_in_flight)
     except ValueError as error:
         parser.error(str(error))
     for key in ("overhead_conversations", "script_runs", "conversations", "pool_slots", "decisions"):

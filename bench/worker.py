@@ -51,8 +51,14 @@ class AppSpawnWorker(SpawnWorker):
 
 
 CLASSES = {"simple": SimpleWorker, "fork": ForkWorker, "spawn": AppSpawnWorker}
-KINDS = ("pool", *CLASSES)
-LABELS = {"pool": "PoolWorker", "simple": "rq.SimpleWorker", "fork": "rq.Worker", "spawn": "rq.SpawnWorker"}
+KINDS = ("pool", "people", *CLASSES)  # people: a PoolWorker of the people queue alone (worker --people-only)
+LABELS = {
+    "pool": "PoolWorker",
+    "people": "PoolWorker --people-only",
+    "simple": "rq.SimpleWorker",
+    "fork": "rq.Worker",
+    "spawn": "rq.SpawnWorker",
+}
 
 
 def label(kind: str, concurrency: int | None = None) -> str:
@@ -77,15 +83,15 @@ def run(kind: str, burst: bool = False, name: str | None = None, concurrency: in
     from webapp.runtime.worker import run_worker, start_sweep_ticker
 
     app = create_app()
-    if kind == "pool":
-        return run_worker(app, burst=burst, name=name, concurrency=concurrency)
+    if kind in ("pool", "people"):
+        return run_worker(app, burst=burst, name=name, concurrency=concurrency, people_only=kind == "people")
     with app.app_context():
         desk = services()
         import jobs.moves  # noqa: F401  (imported once here, inherited by forked children)
 
         if kind == "fork":
             warm_up(model_client(desk.config), desk.tools.definitions())
-        worker = CLASSES[kind]([desk.dispatcher.queue], connection=desk.dispatcher.redis, name=name)
+        worker = CLASSES[kind](desk.dispatcher.move_queues, connection=desk.dispatcher.redis, name=name)
         stop = threading.Event()
         if not burst:
             start_sweep_ticker(app, stop)

@@ -350,7 +350,7 @@ class WorkerProcess:
     """A real RQ worker in its own process, doing what `flask --app webapp worker` does: forked from the
     session's zygote (milliseconds: the app's imports are paid once), or with via_cli that command."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, zygote: Zygote | None) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, zygote: Zygote | None, args: tuple[str, ...] = ()) -> None:
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
         if zygote is not None:
@@ -358,7 +358,7 @@ class WorkerProcess:
             return
         self.log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "flask", "--app", "webapp", "worker"],
+            [sys.executable, "-m", "flask", "--app", "webapp", "worker", *args],
             cwd=ROOT,
             env={**os.environ, **env},
             stdout=self.log,
@@ -466,14 +466,14 @@ def zygote(base_env, migrated) -> Iterator[Zygote]:
 @pytest.fixture
 def workers(env, tmp_path, zygote) -> Iterator[Callable[..., WorkerProcess]]:
     """Start workers: workers(**settings) starts one and waits until it has registered; with
-    via_cli=True it runs `flask --app webapp worker` itself."""
+    via_cli=True it runs `flask --app webapp worker` itself (with `args`, its options)."""
     started: list[WorkerProcess] = []
     connection = redis_lib.Redis.from_url(env["REDIS_URL"])
 
-    def start(via_cli: bool = False, **overrides: str) -> WorkerProcess:
+    def start(via_cli: bool = False, args: tuple[str, ...] = (), **overrides: str) -> WorkerProcess:
         before = Worker.count(connection=connection)
         log = tmp_path / f"worker-{len(started)}.log"
-        worker = WorkerProcess({**env, **overrides}, log, None if via_cli else zygote)
+        worker = WorkerProcess({**env, **overrides}, log, None if via_cli or args else zygote, args)
         started.append(worker)
         wait_until(
             lambda: Worker.count(connection=connection) > before or not worker.alive(),

@@ -139,9 +139,10 @@ def test_quick_slice_of_the_pool_parts(tmp_path):
         "decision posted → next model move ends, minus its model call (the desk's share)",
     }
     assert measures <= set(sqlite["approvals"]["pool"])
-    loaded = sqlite["approvals_in_flight"]
+    [loaded] = sqlite["approvals_in_flight"]
     assert loaded["settings"]["in_flight"] == 3 and loaded["settings"]["background_completed"] >= 1
-    assert measures <= set(loaded["measures"])
+    assert 0 < loaded["settings"]["cpu_busy_share"] <= 1
+    assert measures | {"new message posted → its answer's first words on the live channel"} <= set(loaded["measures"])
     for row in loaded["measures"].values():
         assert row["count"] == 2
 
@@ -154,3 +155,19 @@ def test_quick_slice_of_the_pool_parts(tmp_path):
         for row in side.values():
             _positive(row, "count", "p50_ms", "p95_ms")
     assert graph["step"]["model steps"]["count"] == 6  # three model steps per run, two runs
+
+
+def test_where_counts_a_profile_by_the_part_of_a_move_it_is_in():
+    from bench.where import RQ, split
+
+    total, parts = split(
+        [
+            "perform_job (rq/worker/base.py:1);execute (redis/client.py:2) 3",  # RQ's own Redis calls
+            "perform (rq/job.py:1);move (webapp/runtime/work.py:5);execute (sqlalchemy/orm/session.py:9) 2",
+            "perform (rq/job.py:1);advance_conversation (jobs/moves.py:1);step (webapp/agent/loop.py:3) 1",
+        ]
+    )
+    assert total == 6
+    assert parts[RQ] == 3
+    assert parts["the database (SQLAlchemy, the driver)"] == 2
+    assert parts["the desk's own code"] == 1

@@ -186,11 +186,16 @@ def register(app: Flask) -> None:
         default=None,
         help="Jobs run at once, each in a slot of its own (default: WORKER_CONCURRENCY, 20).",
     )
-    def worker_command(burst, name, concurrency):
+    @click.option(
+        "--people-only",
+        is_flag=True,
+        help="Take only the moves that follow a person's act (a process of its own beside the pool workers).",
+    )
+    def worker_command(burst, name, concurrency, people_only):
         """Run a worker: moves, retries and the periodic sweeper, several moves at once."""
         from webapp.runtime.worker import run_worker
 
-        run_worker(app, burst=burst, name=name, concurrency=concurrency)
+        run_worker(app, burst=burst, name=name, concurrency=concurrency, people_only=people_only)
 
     audit_group = AppGroup("audit", help="The audit log.")
 
@@ -465,7 +470,7 @@ def register(app: Flask) -> None:
     @desk_group.command("scheduler")
     @click.option("--once", is_flag=True, help="Enqueue the retries that are due and one sweep, then exit.")
     def scheduler_command(once: bool) -> None:
-        """Run RQ's scheduler for the moves queue (retries after their backoff) and the sweep ticker,
+        """Run RQ's scheduler for the move queues (retries after their backoff) and the sweep ticker,
         without working jobs. One per fleet is enough; more are harmless (RQ's scheduler takes a lock,
         the sweep job's id is unique per interval)."""
         import threading
@@ -478,15 +483,16 @@ def register(app: Flask) -> None:
         from webapp.runtime.worker import start_sweep_ticker
 
         desk = services()
-        queue = desk.dispatcher.queue
+        queues = desk.dispatcher.move_queues
         try:
             desk.dispatcher.redis.ping()
-            scheduler = RQScheduler([queue], connection=desk.dispatcher.redis, interval=1, logging_level="WARNING")
+            scheduler = RQScheduler(queues, connection=desk.dispatcher.redis, interval=1, logging_level="WARNING")
             if once:
                 scheduler.acquire_locks()
                 due = 0
                 if scheduler.acquired_locks:
-                    due = len(queue.scheduled_job_registry.get_jobs_to_schedule(int(time.time())))
+                    now = int(time.time())
+                    due = sum(len(queue.scheduled_job_registry.get_jobs_to_schedule(now)) for queue in queues)
                     try:
                         scheduler.register_birth()
                         scheduler.enqueue_scheduled_jobs()
@@ -495,14 +501,15 @@ def register(app: Flask) -> None:
                         scheduler.register_death()
                     message = f"Enqueued {due} due job(s)"
                 else:
-                    message = "Another scheduler holds the lock of this queue; it enqueues the due jobs"
+                    message = "Another scheduler holds the lock of these queues; it enqueues the due jobs"
                 desk.dispatcher.enqueue_sweep(int(time.time() // desk.config.sweep_interval_seconds))
                 click.echo(f"{message}, and a sweep.")
                 return
         except (redis.RedisError, OSError) as exc:
             raise click.ClickException(f"Redis is unreachable ({type(exc).__name__}); check REDIS_URL.") from None
         click.echo(
-            f"Scheduler for queue {queue.name}: retries and a sweep every {desk.config.sweep_interval_seconds:g} s."
+            f"Scheduler for queues {', '.join(queue.name for queue in queues)}: retries and a sweep every "
+            f"{desk.config.sweep_interval_seconds:g} s."
         )
         stop = threading.Event()
         start_sweep_ticker(app, stop)

@@ -311,6 +311,15 @@ class Config(_LogSettings):
     queue_name: str = _text("QUEUE_NAME", "moves")
     # jobs one worker process runs at once (`flask worker --concurrency` overrides it)
     worker_concurrency: int = _whole_number("WORKER_CONCURRENCY", 20, minimum=1)
+    # slots of each worker process kept for the moves that follow a person's act (a decision, a message,
+    # stop, retry, budget): taken by no other move; default a tenth of the slots, at least 1 from 4 slots
+    worker_people_slots: int | None = Field(
+        None, ge=0, validation_alias="WORKER_PEOPLE_SLOTS", description="a whole number", examples=["2"]
+    )
+    # a job makes a conversation's moves back to back, committing after each, up to this many moves
+    # or seconds, then hands the rest back to the queue (1: one move per job, as before)
+    move_chain_moves: int = _whole_number("MOVE_CHAIN_MOVES", 10, minimum=1)
+    move_chain_seconds: float = _number_of("seconds", "MOVE_CHAIN_SECONDS", 10.0, minimum=0.0)
     # on SIGTERM, how long a worker lets its moves in flight finish before it releases their leases
     worker_stop_grace_seconds: float = _number_of("seconds", "WORKER_STOP_GRACE_SECONDS", 25.0, minimum=0.0)
     # database connections each process keeps (and as many again when busy); moves hold one only briefly

@@ -37,7 +37,7 @@ from webapp.models import (
     User,
     utcnow,
 )
-from webapp.ops.metrics import queue_counts, worker_slots
+from webapp.ops.metrics import move_queue_counts, worker_slots
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.security import anyone_signed_in
@@ -207,14 +207,14 @@ def checklist(user: User) -> list[Check]:
 def fleet() -> dict:
     """The fleet in figures for operators; `error` when Redis cannot be reached."""
     try:
-        queue = services().dispatcher.queue
-        workers = Worker.all(queue=queue)
+        dispatcher = services().dispatcher
+        workers = Worker.all(queue=dispatcher.queue)
         slots = [worker_slots(worker) for worker in workers]
         return {
             "workers": len(workers),
             "slots": sum(total for _, total in slots),
             "busy": sum(min(busy, total) for busy, total in slots),
-            "counts": queue_counts(queue),
+            "counts": move_queue_counts(dispatcher),
             "waiting": db.session.scalar(select(func.count(ToolCall.id)).where(ToolCall.status == "awaiting_approval")),
             "error": None,
         }

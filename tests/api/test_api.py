@@ -15,7 +15,7 @@ def test_creating_a_conversation_answers_201_and_enqueues_its_first_move(api, re
     response = api.as_(AGENT).post("/api/conversations", json={"message": "Show invoices for customer 4471"})
     assert response.status_code == 201
     assert response.json == {"id": response.json["id"], "status": "queued"}
-    assert services().dispatcher.queue.job_ids == [f"move-{response.json['id']}-v1"]
+    assert services().dispatcher.people_queue.job_ids == [f"move-{response.json['id']}-v1"]  # a person's act
     shown = api.as_(AGENT).get(f"/api/conversations/{response.json['id']}").json
     assert shown["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "Show invoices for customer 4471"}]}

@@ -4,8 +4,10 @@ and stopping or killing the process loses no move."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+from rq.job import Job
 from sqlalchemy import select
 
 from demo.billing.models import Refund
@@ -15,6 +17,8 @@ from tests.integration.test_workers import assert_valid_transcript, start, wait_
 from tests.model_server import Reply
 from tests.ops.test_metrics import samples, value
 from webapp.models import Conversation
+from webapp.runtime.queue import move_job_id
+from webapp.runtime.services import services
 
 pytestmark = pytest.mark.slow
 
@@ -108,3 +112,42 @@ def test_a_database_pool_smaller_than_the_slots_makes_moves_wait_not_fail(app, a
         assert conversation["error"] is None
         assert_valid_transcript(conversation)
     assert read(lambda s: len(s.scalars(select(Refund.id)).all())) == 10  # one each, none twice
+
+
+def test_a_full_pool_keeps_a_slot_for_the_move_a_person_asked_for(api, workers, model):
+    """Two slots, one kept for people: a move from the moves queue (the loop's own, or the sweeper's)
+    takes the first; another waits for it, while a person's new message goes ahead at once."""
+    gate = held_replies(model, 2)
+    dispatcher = services().dispatcher
+    background = [start(api, f"{QUESTION} background #{n}") for n in range(2)]
+    for conversation_id in background:  # as if the loop had enqueued them, not a person
+        Job.fetch(move_job_id(conversation_id, 1), connection=dispatcher.redis).delete()
+    dispatcher.enqueue_move(background[0], 1)
+    # (no sweep meanwhile: it would rightly re-enqueue the second, whose job this test took away)
+    workers(WORKER_CONCURRENCY="2", WORKER_PEOPLE_SLOTS="1", MODEL_TIMEOUT_SECONDS="60", SWEEP_INTERVAL_SECONDS="60")
+    wait_until(lambda: len(model.requests) >= 1, 30, "the first background move's model call")
+    dispatcher.enqueue_move(background[1], 1)
+    time.sleep(2)  # room for a worker that would wrongly take it (it looks again every quarter second)
+    assert move_job_id(background[1], 1) in dispatcher.queue.job_ids  # the kept slot stays free
+    assert len(model.requests) == 1
+
+    person = start(api, f"{QUESTION} a person's #2")
+    wait_until(lambda: len(model.requests) >= 2, 30, "the person's move in the kept slot")
+    assert "a person's #2" in str(model.requests[1])
+    assert move_job_id(background[1], 1) in dispatcher.queue.job_ids  # still behind the person
+    gate.set()
+    for conversation_id in [*background, person]:
+        assert_valid_transcript(wait_status(api, conversation_id, "completed", timeout=60))
+
+
+def test_a_people_only_worker_takes_the_moves_people_asked_for_and_no_other(api, workers, model):
+    dispatcher = services().dispatcher
+    other = start(api, "Show invoices for customer 4471 (the loop's own move)")
+    Job.fetch(move_job_id(other, 1), connection=dispatcher.redis).delete()
+    dispatcher.enqueue_move(other, 1)  # on the moves queue, as the loop or the sweeper enqueues
+    person = start(api, "Show invoices for customer 4471 (a person's)")
+    workers(args=("--people-only", "--concurrency", "2"))
+    assert_valid_transcript(wait_status(api, person, "completed", timeout=60))
+    assert move_job_id(other, 1) in dispatcher.queue.job_ids  # left for the pool workers
+    workers()
+    assert_valid_transcript(wait_status(api, other, "completed", timeout=60))

@@ -140,7 +140,9 @@ def test_scrape_follows_approvals_moves_tokens_and_the_queue(app, api, model):
     assert grew(after, "desk_moves_total", kind="model_call") == 1
     assert grew(after, "desk_audit_events_total", action="approval_requested", outcome="awaiting_approval") == 1
     # The API enqueued the first move and no worker runs: it is still on the queue.
-    assert value(after, "desk_queue_jobs", queue="test-moves", state="queued") == 1
+    assert (
+        value(after, "desk_queue_jobs", queue="test-moves-people", state="queued") == 1
+    )  # a person's act: the people queue
 
     # The call has now waited two hours.
     db.session.execute(update(ToolCall).values(created_at=utcnow() - timedelta(hours=2)))

@@ -18,6 +18,7 @@ from tests.conftest import desk_app, pushed
 from tests.model_server import Fault
 from webapp.models import Conversation, Message, Tenant, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
+from webapp.runtime.services import services
 
 
 def closed_port() -> int:
@@ -87,7 +88,7 @@ def cell(html: str, element_id: str) -> str:
 
 def test_admin_sees_a_failed_conversation_and_retries_it(app, api, model):
     conversation_id = failed_conversation(api, model)
-    queue = queue_of(app)
+    queue = services().dispatcher.people_queue  # the API's first move and the admin's retry: people's acts
     admin = sign_in(app, "admin@acme.test")
     page = admin.get("/ops")
     assert page.status_code == 200

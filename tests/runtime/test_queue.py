@@ -16,6 +16,8 @@ def test_a_move_a_worker_has_just_popped_stays_alive_until_a_lease_has_passed(ap
     job_id = move_job_id(999, 4)
     assert dispatcher.enqueue_move(999, 4)
     assert dispatcher.job_alive(job_id)  # waiting in the queue
+    assert job_id in dispatcher.waiting_move_ids()  # as a sweep reads the queues, once for all
+    assert dispatcher.job_alive(job_id, dispatcher.waiting_move_ids())
 
     # A worker (listening to the moves queue, then the background one) pops it: still "queued" until
     # the worker marks it started. Seen dead in that moment, the sweeper would add a second job, which
@@ -24,12 +26,14 @@ def test_a_move_a_worker_has_just_popped_stays_alive_until_a_lease_has_passed(ap
     assert taken is not None and taken[0].id == job_id
     assert dispatcher.redis.lpos(dispatcher.queue.key, job_id) is None
     assert dispatcher.job_alive(job_id)
+    assert dispatcher.job_alive(job_id, dispatcher.waiting_move_ids())  # popped: alive, though not waiting
 
     # A worker that died right there leaves it queued for good: dead once a lease has passed.
     job = Job.fetch(job_id, connection=dispatcher.redis)
     job.enqueued_at = datetime.now(UTC) - timedelta(seconds=dispatcher.config.lease_seconds + 1)
     job.save()
     assert not dispatcher.job_alive(job_id)
+    assert not dispatcher.job_alive(job_id, dispatcher.waiting_move_ids())
 
 
 def test_a_move_that_is_gone_or_long_started_is_dead(app):

@@ -106,6 +106,9 @@ class Workspace:
         self._round: list[ToolCall] | None = None
         self._summary: Summary | None | object = _UNREAD
         self._usable: frozenset[str] | None = None  # the tools the owner may use, read once per Loop
+        # The owner, held: the session's identity map keeps only what is referenced, and a tool move
+        # reads the owner again to audit the call it runs as them (a second SELECT when let go).
+        self._owner: User | None = None
         self._sqlite = session.get_bind().dialect.name == "sqlite"
 
     # --- reading ---------------------------------------------------------------------------------
@@ -143,8 +146,8 @@ class Workspace:
     def usable_tools(self) -> frozenset[str]:
         """The tools the conversation's owner may have the assistant use (webapp/agent/access.py)."""
         if self._usable is None:
-            owner = self.session.get(User, self.conversation.user_id)
-            self._usable = access.usable(self.session, owner, self.tools.names())
+            self._owner = self.session.get(User, self.conversation.user_id)
+            self._usable = access.usable(self.session, self._owner, self.tools.names())
         return self._usable
 
     # --- writing ---------------------------------------------------------------------------------

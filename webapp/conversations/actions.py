@@ -252,10 +252,11 @@ QUEUE_DOWN = (
 
 
 def enqueue_after_commit(conversation_id: int, version: int) -> None:
-    """Enqueue a committed move. With Redis down the change stays saved and the sweeper enqueues it
-    once Redis is back; a page says so (an API caller sees the conversation still queued)."""
+    """Enqueue a committed move that follows a person's act, on the people queue (ahead of the moves
+    already in flight). With Redis down the change stays saved and the sweeper enqueues it once Redis
+    is back; a page says so (an API caller sees the conversation still queued)."""
     try:
-        services().dispatcher.enqueue_move(conversation_id, version)
+        services().dispatcher.enqueue_move(conversation_id, version, people=True)
     except QueueUnavailable:
         if has_request_context() and request.blueprint != "api":
             flash(QUEUE_DOWN, "info")

@@ -31,7 +31,7 @@ def healthz():
         redis.ping()
         report["redis"] = "ok"
         report["workers"] = Worker.count(connection=redis)
-        report["queued"] = services().dispatcher.queue.count
+        report["queued"] = sum(queue.count for queue in services().dispatcher.move_queues)
     except (RedisError, OSError) as exc:
         report["redis"] = f"error: {type(exc).__name__}"
         report["workers"] = None

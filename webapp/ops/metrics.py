@@ -390,9 +390,14 @@ class DeskCollector(Collector):
     def _redis_families(self, dispatcher) -> Iterable[Metric]:
         queue = dispatcher.queue
         connection = dispatcher.redis
-        jobs = GaugeMetricFamily("desk_queue_jobs", "RQ jobs of the moves queue, by state.", labels=["queue", "state"])
-        for state, count in queue_counts(queue).items():
-            jobs.add_metric([queue.name, state], count)
+        jobs = GaugeMetricFamily(
+            "desk_queue_jobs",
+            "RQ jobs of the move queues (people's, the rest), by state.",
+            labels=["queue", "state"],
+        )
+        for move_queue in dispatcher.move_queues:
+            for state, count in queue_counts(move_queue).items():
+                jobs.add_metric([move_queue.name, state], count)
         yield jobs
         workers = GaugeMetricFamily("desk_workers", "RQ workers registered on the queue, by state.", labels=["state"])
         slots = GaugeMetricFamily(
@@ -425,6 +430,15 @@ def worker_slots(worker: Worker) -> tuple[int, int]:
     once (1 for a worker that does not say)."""
     total = worker.connection.hget(worker.key, "slots")
     return worker.current_execution_count, int(total) if total else 1
+
+
+def move_queue_counts(dispatcher) -> dict[str, int]:
+    """The move queues' jobs by state, people's and the rest together."""
+    totals: dict[str, int] = {}
+    for queue in dispatcher.move_queues:
+        for state, count in queue_counts(queue).items():
+            totals[state] = totals.get(state, 0) + count
+    return totals
 
 
 def queue_counts(queue) -> dict[str, int]:

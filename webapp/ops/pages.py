@@ -30,7 +30,7 @@ from webapp.agent import sweeper
 from webapp.agent.states import ConversationStatus
 from webapp.conversations import actions as conversations
 from webapp.models import OPERATOR, Conversation, Tenant, ToolCall, utcnow
-from webapp.ops.metrics import queue_counts, worker_slots
+from webapp.ops.metrics import move_queue_counts, worker_slots
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
@@ -163,10 +163,12 @@ def _job_action(action: str):
         return back
     dispatcher = services().dispatcher
     try:
-        registry = dispatcher.queue.failed_job_registry
+        registry = next(
+            (q.failed_job_registry for q in dispatcher.move_queues if job_id in q.failed_job_registry), None
+        )
         owner = _owners([job_id]).get(job_id)
         # An operator acts on any failed job; an admin only on one that worked for their tenant.
-        if job_id not in registry or not (
+        if registry is None or not (
             current_user.is_operator or (owner is not None and owner[1] == current_user.tenant_id)
         ):
             flash(f"Job {job_id} is not among the failed jobs any more.", "error")
@@ -242,10 +244,14 @@ def _redis_view(tenant_id: int | None) -> RedisView:
                     }
                 )
         if tenant_id is None:
-            view.counts = queue_counts(queue)
-        registry = queue.failed_job_registry
-        ids = registry.get_job_ids(0, 4 * LIST_LIMIT - 1, desc=True, cleanup=False)
+            view.counts = move_queue_counts(dispatcher)
+        ids = [
+            job_id
+            for move_queue in dispatcher.move_queues
+            for job_id in move_queue.failed_job_registry.get_job_ids(0, 4 * LIST_LIMIT - 1, desc=True, cleanup=False)
+        ]
         jobs = [job for job in Job.fetch_many(ids, connection=dispatcher.redis) if job is not None]
+        jobs.sort(key=lambda job: job.ended_at.timestamp() if job.ended_at else 0, reverse=True)
         owners = _owners([job.id for job in jobs])
         slugs = (
             {tid: slug for tid, slug in db.session.execute(select(Tenant.id, Tenant.slug))} if tenant_id is None else {}

@@ -87,28 +87,47 @@ class Dispatcher:
         return Queue(self.config.queue_name, connection=self.redis)
 
     @cached_property
+    def people_queue(self) -> Queue:
+        """The moves that follow a person's act (a decision, a new message, stop, retry, budget): served
+        before every other move, with slots of their own in each worker (WORKER_PEOPLE_SLOTS)."""
+        return Queue(f"{self.config.queue_name}-people", connection=self.redis)
+
+    @property
+    def move_queues(self) -> list[Queue]:
+        """Where moves wait, in the order workers take them."""
+        return [self.people_queue, self.queue]
+
+    @cached_property
     def background_queue(self) -> Queue:
         """Tools' long jobs (exports): workers take them only when no move is waiting."""
         return Queue(f"{self.config.queue_name}-background", connection=self.redis)
 
-    def enqueue_move(self, conversation_id: int, version: int, recovery: int = 0) -> bool:
-        """Enqueue the conversation's move for this version; False if that job already exists.
+    def enqueue_move(
+        self, conversation_id: int, version: int, recovery: int = 0, *, people: bool = False, delay: float = 0
+    ) -> bool:
+        """Enqueue the conversation's move for this version; False if that job already exists. `people`:
+        the move follows a person's act, and goes on the people queue, ahead of the rest; `delay`: it is
+        due that many seconds from now (RQ's scheduler enqueues it then).
 
         Raises QueueUnavailable when Redis cannot be reached: the state is committed already, and the
         sweeper enqueues the move once Redis is back."""
-        retries = self.config.move_retries
+        config = self.config
+        retries = config.move_retries
+        queue = self.people_queue if people else self.queue
+        job = dict(
+            job_id=move_job_id(conversation_id, version, recovery),
+            unique=True,
+            retry=Retry(max=retries, interval=list(config.move_retry_intervals)) if retries else None,
+            # a job makes up to MOVE_CHAIN_SECONDS of moves, and then finishes the one it is making
+            job_timeout=max(600, int(config.model_timeout_seconds * 4 + config.move_chain_seconds)),
+            result_ttl=0,  # nothing reads a move's result: the database holds it; failures are kept
+            failure_ttl=7 * 24 * 3600,
+        )
         try:
-            self.queue.enqueue(
-                MOVE_JOB,
-                conversation_id,
-                version,
-                job_id=move_job_id(conversation_id, version, recovery),
-                unique=True,
-                retry=Retry(max=retries, interval=list(self.config.move_retry_intervals)) if retries else None,
-                job_timeout=max(600, int(self.config.model_timeout_seconds * 4)),
-                result_ttl=0,  # nothing reads a move's result: the database holds it; failures are kept
-                failure_ttl=7 * 24 * 3600,
-            )
+            if delay > 0:
+                queue.enqueue_in(timedelta(seconds=delay), MOVE_JOB, conversation_id, version, **job)
+            else:
+                queue.enqueue(MOVE_JOB, conversation_id, version, **job)
         except DuplicateJobError:
             return False
         except (redis.RedisError, OSError) as exc:
@@ -168,13 +187,22 @@ class Dispatcher:
             return False
         return True
 
-    def job_alive(self, job_id: str) -> bool:
+    def waiting_move_ids(self) -> set[str]:
+        """The ids of the jobs waiting on the move queues now: one read for a sweep, instead of a
+        search of the queues for each stalled conversation."""
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in self.move_queues:
+            pipe.lrange(queue.key, 0, -1)
+        return {job_id.decode() for ids in pipe.execute() for job_id in ids}
+
+    def job_alive(self, job_id: str, waiting: set[str] | None = None) -> bool:
         """Whether a job will still run the move. A worker killed after taking a job off the queue
         leaves it "queued" (in RQ's intermediate list) or "started" for minutes; a live worker claims
         the conversation's lease at once, so a job started, or taken, longer than a lease ago is dead.
         Guessing dead wrongly costs a duplicate job: it finds nothing to claim while the original
         runs, but after a transient failure (the lease released for RQ's retry) it is an attempt more
-        than MOVE_RETRIES allows, so a job just taken by a worker counts as alive."""
+        than MOVE_RETRIES allows, so a job just taken by a worker counts as alive. `waiting`: the
+        move queues' job ids read once before (waiting_move_ids), for many questions in a row."""
         try:
             job = Job.fetch(job_id, connection=self.redis)
         except NoSuchJobError:
@@ -183,12 +211,16 @@ class Dispatcher:
         if status == JobStatus.STARTED and job.started_at is not None:
             return _since(job.started_at) < timedelta(seconds=self.config.lease_seconds)
         if status == JobStatus.QUEUED:
-            if self.redis.lpos(self.queue.key, job.id) is not None:
+            in_a_queue = (job.id in waiting) if waiting is not None else self._waiting(job.id)
+            if in_a_queue:
                 return True
             # Not in the queue: a worker popped it and marks it started a moment later (or died in
             # that moment). Enqueued (or re-enqueued for a retry) less than a lease ago, it is alive.
             return _since(job.enqueued_at) < timedelta(seconds=self.config.lease_seconds)
         return status in LIVE_JOB_STATES
+
+    def _waiting(self, job_id: str) -> bool:
+        return any(self.redis.lpos(queue.key, job_id) is not None for queue in self.move_queues)
 
     @cached_property
     def _channel_prefix(self) -> str:

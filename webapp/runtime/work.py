@@ -9,6 +9,7 @@ import importlib
 import logging
 import os
 import socket
+import threading
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from webapp import audit_chain, notify
 from webapp.agent import decisions, moves, sweeper
 from webapp.models import Conversation, McpServer, ToolCall
 from webapp.runtime.extensions import db
-from webapp.runtime.queue import move_job_id
+from webapp.runtime.queue import QueueUnavailable, move_job_id
 from webapp.runtime.services import services
 from webapp.tools import mcp
 from webapp.tools.tasks import BackgroundWork
@@ -31,12 +32,49 @@ def process_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:"
 
 
+# Set when this process's worker is asked to stop: a job ends its run of moves after the one it is
+# making and hands the rest back to the queue (another worker takes it), instead of working on.
+stopping = threading.Event()
+
+
 def move(conversation_id: int, version: int, job=None) -> str:
-    """Make the conversation's next move if it is still at this version; enqueue the one after.
-    `job` is the RQ job running it (its id names the lease owner; its retries left say whether a
-    transient failure is final)."""
+    """Make the conversation's moves from this version on, back to back while the next one is ready:
+    each move claims and ends its lease and commits exactly as a job of its own would, and what each
+    changed is published at once. After MOVE_CHAIN_MOVES moves or MOVE_CHAIN_SECONDS (or when the
+    worker is stopping), the next move goes back to the queue, so one busy conversation never holds a
+    slot for long. `job` is the RQ job (its id names the lease owner; its retries left say whether
+    a transient failure of its first move is final). Returns the outcomes, in order."""
     desk = services()
+    config = desk.config
     owner = process_owner() + (job.id if job else "inline")
+    until = time.monotonic() + config.move_chain_seconds
+    outcomes = []
+    while True:
+        first = not outcomes
+        try:
+            result = _one_move(desk, conversation_id, version, owner, final_attempt=_final(job, config, first))
+        except Exception as error:
+            if first:
+                raise  # the job's own retries (RQ), as for any job
+            # A later move failed: the moves before it are committed, and this one gets a job of its own
+            # with the retries every move has (a transient error, a database gone for a moment). Any
+            # other error failed the conversation, and that job finds nothing to claim.
+            _hand_back(desk, conversation_id, version, delay=(config.move_retry_intervals or (0,))[0])
+            if isinstance(error, moves.TransientMoveError):
+                return " ".join([*outcomes, "handed_back"])
+            raise
+        outcomes.append(result.outcome)
+        if result.next_version is None:
+            break
+        version = result.next_version
+        if len(outcomes) >= config.move_chain_moves or time.monotonic() >= until or stopping.is_set():
+            _hand_back(desk, conversation_id, version)
+            break
+    return " ".join(outcomes)
+
+
+def _one_move(desk, conversation_id: int, version: int, owner: str, final_attempt: bool) -> moves.MoveResult:
+    """One move and what follows its commit: the task wake-up it scheduled, the pages told."""
     try:
         result = moves.advance(
             db.session,
@@ -45,17 +83,31 @@ def move(conversation_id: int, version: int, job=None) -> str:
             owner=owner,
             make_loop=desk.loop,
             lease_seconds=desk.config.lease_seconds,
-            final_attempt=not (job and job.retries_left),
+            final_attempt=final_attempt,
         )
     finally:
         db.session.remove()
-    if result.next_version is not None:
-        desk.dispatcher.enqueue_move(conversation_id, result.next_version)
     if result.wake_at is not None:
         desk.dispatcher.schedule_wake(conversation_id, result.wake_at)
     if result.tenant_id is not None:
         desk.dispatcher.changed(result.tenant_id, conversation_id, move_done=True)
-    return result.outcome
+    return result
+
+
+def _final(job, config, first: bool) -> bool:
+    """Whether a transient failure of this move is final: the job's retries for its first move; a later
+    move would get a job of its own with MOVE_RETRIES."""
+    if first:
+        return not (job and job.retries_left)
+    return not config.move_retries
+
+
+def _hand_back(desk, conversation_id: int, version: int, delay: float = 0) -> None:
+    """The rest of a conversation's moves back to the queue (QueueUnavailable: the sweeper enqueues it)."""
+    try:
+        desk.dispatcher.enqueue_move(conversation_id, version, delay=delay)
+    except QueueUnavailable:
+        pass
 
 
 def sweep() -> int:
@@ -67,12 +119,14 @@ def sweep() -> int:
     dispatcher = desk.dispatcher
     recovered = []
     try:
-        for conversation in sweeper.stalled(db.session, grace_seconds=desk.config.sweep_interval_seconds):
+        stalled = sweeper.stalled(db.session, grace_seconds=desk.config.sweep_interval_seconds)
+        waiting = dispatcher.waiting_move_ids() if stalled else set()
+        for conversation in stalled:
             cid = conversation.id
 
             def alive(version: int, recoveries: int, cid=cid) -> bool:
-                return dispatcher.job_alive(move_job_id(cid, version)) or (
-                    recoveries > 0 and dispatcher.job_alive(move_job_id(cid, version, recoveries))
+                return dispatcher.job_alive(move_job_id(cid, version), waiting) or (
+                    recoveries > 0 and dispatcher.job_alive(move_job_id(cid, version, recoveries), waiting)
                 )
 
             claim = sweeper.recover(db.session, conversation, alive)

@@ -33,26 +33,43 @@ from rq.worker import WorkerStatus
 
 from webapp import logs
 from webapp.agent import moves
+from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
-from webapp.runtime.work import process_owner
 from webapp.tools import mcp
 
 log = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 5.0  # seconds; RQ's worker key lives for its worker_ttl (minutes)
+KEPT_SLOT_LOOK_SECONDS = 0.25  # with only people's slots free, how often the other moves are looked at again
 
 
 class PoolWorker(SimpleWorker):
     """An RQ worker running up to `concurrency` jobs at once, each in a thread of a pool with its
     own app context. RQ 3 tracks a worker's executions one by one (worker.executions), so its
-    registries, heartbeats and results stay right with several at a time."""
+    registries, heartbeats and results stay right with several at a time. The people queue comes
+    first, and its last `people_slots` free slots take no other job: the move that follows a person's
+    act never waits behind a full pool."""
 
     death_penalty_class = TimerDeathPenalty  # job timeouts by timer: signals reach the main thread only
 
-    def __init__(self, queues, *, app: Flask, concurrency: int, stop_grace_seconds: float, **kwargs) -> None:
+    def __init__(
+        self,
+        queues,
+        *,
+        app: Flask,
+        concurrency: int,
+        stop_grace_seconds: float,
+        people_queue=None,
+        people_slots: int = 0,
+        **kwargs,
+    ) -> None:
         super().__init__(queues, **kwargs)
         self.app = app
         self.concurrency = concurrency
+        # The last `people_slots` free slots take only jobs of `people_queue` (the first of `queues`).
+        self.people_queue = people_queue
+        self.people_slots = min(people_slots, concurrency - 1) if people_queue is not None else 0
+        work.stopping.clear()
         self.stop_grace_seconds = stop_grace_seconds
         self._free = threading.BoundedSemaphore(concurrency)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="slot")
@@ -74,16 +91,31 @@ class PoolWorker(SimpleWorker):
                 raise StopRequested()
             self.heartbeat()
         result = None
+        everything = self._ordered_queues
         try:
             while not self._stop_requested:
+                # With only the slots kept for people free, listen to the people queue alone, a moment
+                # at a time, looking again at how many slots are free after each.
+                kept = self._busy >= self.concurrency - self.people_slots
+                self._ordered_queues = [self.people_queue] if kept else everything
                 self._listening = True
                 try:
-                    result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                    if kept:
+                        moment = None if timeout is None else KEPT_SLOT_LOOK_SECONDS
+                        result = super().dequeue_job_and_maintain_ttl(moment, moment)
+                    else:
+                        result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
                 finally:
                     self._listening = False
-                if result is not None or timeout is not None or not self._busy:
+                    self._ordered_queues = everything
+                if result is not None:
                     break
-                time.sleep(0.05)
+                if timeout is None:  # burst: done once the queues are empty and no slot is busy
+                    if not self._busy:
+                        break
+                    time.sleep(0.05)
+                elif not kept:  # RQ ran out of its max_idle_time
+                    break
         finally:
             if result is None:
                 self._free.release()
@@ -147,6 +179,7 @@ class PoolWorker(SimpleWorker):
         """Warm shutdown (RQ's signal handler): take no more jobs. The main thread is interrupted
         only while it listens for one, never while it hands a job to a slot."""
         self._stop_requested = True
+        work.stopping.set()  # a job working a conversation's moves back to back hands the rest back
         self.set_shutdown_requested_date()
         if self._listening:
             raise StopRequested()
@@ -161,7 +194,7 @@ class PoolWorker(SimpleWorker):
         if stranded:
             with self.app.app_context():
                 try:
-                    released = moves.release_leases(db.session, process_owner())
+                    released = moves.release_leases(db.session, work.process_owner())
                     db.session.commit()
                 finally:
                     db.session.remove()
@@ -209,21 +242,32 @@ def _retire(worker: PoolWorker) -> None:
         pass
 
 
-def run_worker(app: Flask, burst: bool = False, name: str | None = None, concurrency: int | None = None) -> bool:
-    """Work the moves queue, then tools' background jobs, `concurrency` jobs at a time (default:
-    WORKER_CONCURRENCY), until stopped (or until both are empty with burst); returns whether any job
-    ran."""
+def run_worker(
+    app: Flask, burst: bool = False, name: str | None = None, concurrency: int | None = None, people_only: bool = False
+) -> bool:
+    """Work the people queue, the moves queue, then tools' background jobs, `concurrency` jobs at a
+    time (default: WORKER_CONCURRENCY), until stopped (or until they are empty with burst); returns
+    whether any job ran. `people_only`: the people queue alone, in a process of its own, which the
+    operating system gives its share of the CPU however busy the pool workers' threads are."""
     with app.app_context():
         logs.configure(app)  # JSON lines; RQ's own loggers then write through it too
         desk = services()
         slots = concurrency or desk.config.worker_concurrency
-        queues = [desk.dispatcher.queue, desk.dispatcher.background_queue]  # moves first, always
+        dispatcher = desk.dispatcher
+        queues = [*dispatcher.move_queues, dispatcher.background_queue]  # people's moves first, then moves
+        people_slots = desk.config.worker_people_slots
+        if people_slots is None:
+            people_slots = max(1, slots // 10) if slots >= 4 else 0
+        if people_only:
+            queues, people_slots = [dispatcher.people_queue], 0
 
         def new_worker() -> PoolWorker:
             return PoolWorker(
                 queues,
                 app=app,
                 concurrency=slots,
+                people_queue=dispatcher.people_queue,
+                people_slots=people_slots,
                 stop_grace_seconds=desk.config.worker_stop_grace_seconds,
                 connection=desk.dispatcher.redis,
                 name=name,
