@@ -105,6 +105,8 @@ def database_url(tmp_path_factory) -> str:
         return f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.db'}"
     url = Config.from_env({"DATABASE_URL": url, "SECRET_KEY": "x"}, instance_path=Path("/tmp")).database_url
     url = own_postgres_database(url)
+    import demo.billing.models  # noqa: F401 - the pack's tables are on Base.metadata too: they go first
+
     engine = create_engine(url)
     with engine.begin() as connection:  # a clean schema: the migrations below build it
         Base.metadata.drop_all(connection)
