@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from webapp.models import ROLES, ToolAccess, User, utcnow
@@ -81,8 +81,11 @@ def access_for(session: Session, tenant_id: int, tool_name: str) -> Access:
 
 def accesses(session: Session, tenant_id: int) -> dict[str, Access]:
     """Every tool's setting in the tenant that has one (a tool missing here: everyone)."""
-    rows = session.scalars(select(ToolAccess).where(ToolAccess.tenant_id == tenant_id))
+    rows = session.scalars(_ACCESSES, {"tenant_id": tenant_id})
     return {row.tool_name: _access(row, row.tool_name) for row in rows}
+
+
+_ACCESSES = select(ToolAccess).where(ToolAccess.tenant_id == bindparam("tenant_id"))  # every move: built once
 
 
 def usable(session: Session, user: User, names: Iterable[str]) -> frozenset[str]:

@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session
 from webapp.agent.calls import Calls, task_due
 from webapp.agent.generation import Generation
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
-from webapp.agent.transcript import tool_uses
 from webapp.agent.workspace import Events, LoopSettings, NoEvents, OnWorkspace, Workspace
 from webapp.llm.client import ModelClient, ModelReply
 from webapp.models import Conversation, Message, Summary, ToolCall, utcnow
@@ -108,11 +107,9 @@ class Loop(OnWorkspace):
 
     def is_complete(self) -> bool:
         """True when the model's last turn answered without asking for a tool."""
-        last = self.last_row()
         return (
-            last is not None
-            and last.role == "assistant"
-            and not tool_uses(last.content)
+            self.workspace.last_role() == "assistant"
+            and not self.open_round()  # (an assistant row asked for tools exactly when it has calls)
             and self.conversation.stop_reason not in GOES_ON
         )
 
@@ -146,8 +143,7 @@ class Loop(OnWorkspace):
             return Move("wait", waiting_on=waiting_on, waiting_count=len(waiting))
         if self.is_complete():
             return Move("done")
-        last = self.last_row()
-        if last is None:
+        if self.workspace.last_seq() is None:
             return Move("done")
         if self.over_budget():
             return Move("budget")
@@ -158,7 +154,7 @@ class Loop(OnWorkspace):
     def ask_later(self, text: str) -> Message:
         """Stage a user message (no model call) and start a new run with a fresh budget."""
         c = self.conversation
-        is_new = c.status == ConversationStatus.QUEUED and self.last_row() is None
+        is_new = c.status == ConversationStatus.QUEUED and self.workspace.last_seq() is None
         if not (is_new or c.status in IDLE) or self.open_round():
             raise ConversationBusy(_busy_reason(c.status))
         message = self.workspace.append("user", [{"type": "text", "text": text}])

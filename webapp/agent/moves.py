@@ -16,15 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, func, inspect, or_, select, tuple_, update
+from sqlalchemy import bindparam, column, func, inspect, literal_column, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from webapp import audit_chain
 from webapp.agent.loop import Loop
 from webapp.agent.states import IDLE, MOVING, CallStatus, ConversationStatus
+from webapp.agent.workspace import Tail
 from webapp.llm.client import ModelError
-from webapp.models import Conversation, ToolCall, utcnow
+from webapp.models import Conversation, Message, Summary, ToolCall, utcnow
 from webapp.tools.tasks import INPUT_REQUIRED, Task, TaskError
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,27 @@ PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
 
 # The claim every move starts with, built once (see the statements at the top of workspace.py): an
 # UPDATE of the table returning its row, loaded as the Conversation (from_statement skips the ORM's
-# bulk-update machinery, which cost a third of the claim).
+# bulk-update machinery, which cost a third of the claim), and what the move would otherwise read
+# first, its Tail: the last row's id, seq and role, and the newest summary's id.
 _TABLE = Conversation.__table__
+# Spelled out: SQLite's RETURNING names its table's columns bare, and a bare "id" inside a subquery
+# of messages would be the message's own.
+_THIS = literal_column(f"{_TABLE.name}.id")
+_MESSAGES, _SUMMARIES = Message.__table__, Summary.__table__
+
+
+def _newest(column, table, order):
+    return select(column).where(table.c.conversation_id == _THIS).order_by(order.desc()).limit(1).scalar_subquery()
+
+
+_TAIL = (
+    _newest(_MESSAGES.c.id, _MESSAGES, _MESSAGES.c.seq).label("tail_last_id"),
+    _newest(_MESSAGES.c.seq, _MESSAGES, _MESSAGES.c.seq).label("tail_last_seq"),
+    _newest(_MESSAGES.c.role, _MESSAGES, _MESSAGES.c.seq).label("tail_last_role"),
+    _newest(_SUMMARIES.c.id, _SUMMARIES, _SUMMARIES.c.id).label("tail_summary_id"),
+)
 _CLAIM = (
-    select(Conversation)
+    select(Conversation, *(column(label.name) for label in _TAIL))
     .from_statement(
         update(_TABLE)
         .where(
@@ -54,7 +72,7 @@ _CLAIM = (
             lease_expires_at=bindparam("claim_until"),
             status=ConversationStatus.RUNNING,
         )
-        .returning(*_TABLE.c)
+        .returning(*_TABLE.c, *_TAIL)
     )
     .execution_options(populate_existing=True)
 )
@@ -94,7 +112,7 @@ def advance(
     """Make one move of the conversation if this job may; see the module docstring."""
     lease = timedelta(seconds=lease_seconds)
     now = utcnow()
-    conversation = session.scalars(
+    claimed = session.execute(
         _CLAIM,
         {
             "claim_id": conversation_id,
@@ -104,13 +122,15 @@ def advance(
             "claim_until": now + lease,
         },
     ).one_or_none()
-    if conversation is None:
+    if claimed is None:
         session.rollback()
         return MoveResult("skipped")
+    conversation, *tail = claimed
 
     watched = stream_watch(session.get_bind()).watch(conversation_id, owner, lease)
     try:
         loop = make_loop(session, conversation, watched.should_stop)
+        loop.workspace.know(Tail(*tail))
         move = loop.next_move()
         loop.begin(move)
         session.commit()  # commit 1: the claim, and what must be durable before a side effect
@@ -152,32 +172,16 @@ def _perform(
         )
         raise
 
-    guards = []  # beyond the lease and the version, which every end of a lease checks
-    if move.parks:
-        # Park only if nothing changed meanwhile: no cancel asked, and for a wait no call decided since.
-        guards.append(Conversation.cancel_requested_at.is_(None))
+    # Beyond the lease and the version, which every end of a lease checks: a move that parks does so
+    # only if nothing changed meanwhile (no cancel asked; for a wait, no call decided and no task's
+    # input given since).
+    guard = ("wait" if move.kind == "wait" else "parks") if move.parks else None
     wake_at = None
     if move.kind == "wait":
-        waiting_now = (
-            select(func.count())
-            .select_from(ToolCall)
-            .where(ToolCall.conversation_id == conversation_id, ToolCall.status.in_(WAITING_CALLS))
-            .scalar_subquery()
-        )
-        # ...and no task became due meanwhile (a person's input arrived while this move ran).
-        input_given = (
-            select(func.count())
-            .select_from(ToolCall)
-            .where(ToolCall.conversation_id == conversation_id, ToolCall.task_input.is_not(None))
-            .scalar_subquery()
-        )
-        guards += [waiting_now == move.waiting_count, input_given == 0]
-        wake_at = session.scalar(
-            select(func.min(ToolCall.task_due_at)).where(
-                ToolCall.conversation_id == conversation_id, ToolCall.status == CallStatus.AWAITING_TASK
-            )
-        )
-    tenant_id = _end_lease(session, conversation_id, version, owner, *guards, **_unwritten(conversation))
+        wake_at = session.scalar(_NEXT_TASK_DUE, {"conversation_id": conversation_id})
+    tenant_id = _end_lease(
+        session, conversation_id, version, owner, guard=guard, waiting=move.waiting_count, **_unwritten(conversation)
+    )
     if tenant_id is None:
         session.rollback()
         if move.parks:
@@ -326,23 +330,60 @@ def release_leases(session: Session, owner_prefix: str) -> int:
 
 
 def _end_lease(
-    session: Session, conversation_id: int, version: int, owner: str, *guards, moves_on: bool = True, **changes
+    session: Session,
+    conversation_id: int,
+    version: int,
+    owner: str,
+    *,
+    guard: str | None = None,
+    waiting: int = 0,
+    moves_on: bool = True,
+    **changes,
 ) -> int | None:
     """The one write that ends a move's lease, in every path: only while `owner` still holds the lease
-    at `version` (and every other guard holds), the lease is given up, `changes` are set and the
-    version moves on, so only the next move's job can claim the conversation (`moves_on=False` hands
-    the lease back for this same move to be tried again: its job still matches). Returns the
-    conversation's tenant id, or None when nothing was written (the lease was lost, or a guard failed).
-    The caller commits. (A statement on the table, run on the session's connection: the ORM's
-    bulk-update machinery would cost as much as the round trip; `guards` are on the same table.)"""
-    moved_on = {"version": _TABLE.c.version + 1} if moves_on else {}
+    at `version` (and the `guard` holds: "parks", no cancel asked; "wait", that and still `waiting`
+    calls waiting, no task's input given), the lease is given up, `changes` are set and the version
+    moves on, so only the next move's job can claim the conversation (`moves_on=False` hands the
+    lease back for this same move to be tried again: its job still matches). Returns the
+    conversation's tenant id, or None when nothing was written (the lease was lost, or the guard
+    failed). The caller commits. (A statement built once on the table and run on the session's
+    connection: the ORM's bulk-update machinery would cost as much as the round trip.)"""
     session.flush()  # the move's other rows first, as an ORM statement's autoflush would
+    params = {"end_id": conversation_id, "end_owner": owner, "end_version": version, "end_waiting": waiting}
     return session.connection().scalar(
-        update(_TABLE)
-        .where(_TABLE.c.id == conversation_id, _TABLE.c.lease_owner == owner, _TABLE.c.version == version, *guards)
-        .values(lease_owner=None, lease_expires_at=None, **moved_on, **changes)
-        .returning(_TABLE.c.tenant_id)
+        _END_LEASE[moves_on, guard], {**params, "lease_owner": None, "lease_expires_at": None, **changes}
     )
+
+
+def _end_lease_statement(moves_on: bool, guard: str | None):
+    where = [
+        _TABLE.c.id == bindparam("end_id"),
+        _TABLE.c.lease_owner == bindparam("end_owner"),
+        _TABLE.c.version == bindparam("end_version"),
+    ]
+    if guard is not None:
+        where.append(_TABLE.c.cancel_requested_at.is_(None))
+    if guard == "wait":
+        calls = ToolCall.__table__
+        of_this = calls.c.conversation_id == _TABLE.c.id
+        waiting_now = select(func.count()).where(of_this, calls.c.status.in_(WAITING_CALLS)).scalar_subquery()
+        input_given = select(func.count()).where(of_this, calls.c.task_input.is_not(None)).scalar_subquery()
+        where += [waiting_now == bindparam("end_waiting"), input_given == 0]
+    statement = update(_TABLE).where(*where).returning(_TABLE.c.tenant_id)
+    # The SET clause is the parameters' columns (lease_owner, lease_expires_at and the changes).
+    return statement.values(version=_TABLE.c.version + 1) if moves_on else statement
+
+
+# Built once (see the statements at the top of workspace.py), by whether the version moves on and
+# which guard the end of the lease checks.
+_END_LEASE = {
+    (moves_on, guard): _end_lease_statement(moves_on, guard)
+    for moves_on in (True, False)
+    for guard in (None, "parks", "wait")
+}
+_NEXT_TASK_DUE = select(func.min(ToolCall.task_due_at)).where(
+    ToolCall.conversation_id == bindparam("conversation_id"), ToolCall.status == CallStatus.AWAITING_TASK
+)
 
 
 def _release(session: Session, conversation_id: int, version: int, owner: str) -> None:

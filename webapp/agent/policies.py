@@ -12,7 +12,7 @@ import zlib
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from webapp.agent.states import CallStatus
@@ -255,8 +255,15 @@ def ceiling_for(session: Session, tool: Tool) -> int | None:
     tool's own (None: no ceiling, or a tool without an amount)."""
     if not has_amount(tool):
         return None
-    row = session.scalar(select(ToolCeiling).where(ToolCeiling.tool_name == tool.name))
+    row = session.scalar(_CEILING, {"tool_name": tool.name})
     return tool.ceiling_cents if row is None else row.ceiling_cents
+
+
+# Read for every new call, so built once (a statement object keeps its cache key).
+_CEILING = select(ToolCeiling).where(ToolCeiling.tool_name == bindparam("tool_name"))
+_POLICY = select(ToolPolicy).where(
+    ToolPolicy.tenant_id == bindparam("tenant_id"), ToolPolicy.tool_name == bindparam("tool_name")
+)
 
 
 DEFAULT_CEILING = object()  # set_ceiling: the tool's own ceiling again
@@ -307,7 +314,7 @@ def set_ceiling(session: Session, tool: Tool, cents: int | None | object, by_use
 def policy_for(session: Session, tenant_id: int, tool: Tool) -> Policy:
     """The tenant's policy for this tool, or the tool's default, under the operator's ceiling."""
     ceiling = ceiling_for(session, tool)
-    row = session.scalar(select(ToolPolicy).where(ToolPolicy.tenant_id == tenant_id, ToolPolicy.tool_name == tool.name))
+    row = session.scalar(_POLICY, {"tenant_id": tenant_id, "tool_name": tool.name})
     if row is None:
         return default_policy(tool, ceiling)
     # A policy saved before limits existed keeps the tool's default limits (all of them, or those it

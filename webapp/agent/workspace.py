@@ -34,6 +34,19 @@ from webapp.tools.registry import ToolRegistry
 
 _UNREAD = object()
 
+
+@dataclass(frozen=True)
+class Tail:
+    """What a move's claim read of the conversation's newest rows (moves.py: subqueries of the claim's
+    RETURNING), so the move starts without a query of its own for them: the last row's id, seq and
+    role (None: no rows yet), and the newest summary's id (None: never summarised)."""
+
+    last_id: int | None
+    last_seq: int | None
+    last_role: str | None
+    summary_id: int | None
+
+
 # The statements every move runs, built once: a statement object caches its own compiled form's
 # key, so each move skips building the expression and its cache key (a tenth of a move's CPU).
 _TRANSCRIPT = (
@@ -110,6 +123,11 @@ class Workspace:
         # reads the owner again to audit the call it runs as them (a second SELECT when let go).
         self._owner: User | None = None
         self._sqlite = session.get_bind().dialect.name == "sqlite"
+        self._tail: Tail | None = None  # what the claim read (None: read the rows when asked)
+
+    def know(self, tail: Tail) -> None:
+        """What the move's claim read of the conversation's newest rows (see Tail)."""
+        self._tail = tail
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -121,21 +139,46 @@ class Workspace:
     def summary(self) -> Summary | None:
         """The newest summary of the conversation's older turns, if it has one."""
         if self._summary is _UNREAD:
-            self._summary = self.session.scalar(_SUMMARY, {"conversation_id": self.conversation.id})
+            if self._tail is not None:
+                tail_id = self._tail.summary_id
+                self._summary = None if tail_id is None else self.session.get(Summary, tail_id)
+            else:
+                self._summary = self.session.scalar(_SUMMARY, {"conversation_id": self.conversation.id})
         return self._summary
 
     def last_row(self) -> Message | None:
+        """The transcript's last row (a query, unless this Loop appended it: the move's own decisions
+        read last_seq(), last_role() and open_round(), which the claim answers)."""
         if self._last is _UNREAD:
             self._last = self.session.scalar(_LAST_ROW, {"conversation_id": self.conversation.id})
         return self._last
 
-    def open_round(self) -> list[ToolCall]:
-        """The calls of the last assistant turn when it asked for tools and has no results yet."""
+    def last_seq(self) -> int | None:
+        if self._tail is not None:
+            return self._tail.last_seq
         last = self.last_row()
-        if last is None or last.role != "assistant" or not tool_uses(last.content):
-            return []
+        return last.seq if last is not None else None
+
+    def last_role(self) -> str | None:
+        if self._tail is not None:
+            return self._tail.last_role
+        last = self.last_row()
+        return last.role if last is not None else None
+
+    def open_round(self) -> list[ToolCall]:
+        """The calls of the last assistant turn when it asked for tools and has no results yet.
+
+        An assistant row asked for tools exactly when it has calls: a reply's tool_use blocks become
+        its calls in the transaction that appends it (Calls.add_round; a stopped reply keeps only its
+        text). So with the claim's tail the round is read without reading the row."""
         if self._round is None:
-            self._round = list(self.session.scalars(_ROUND, {"message_id": last.id}))
+            if self._tail is not None:
+                last_id = self._tail.last_id if self._tail.last_role == "assistant" else None
+            else:
+                last = self.last_row()
+                asked = last is not None and last.role == "assistant" and tool_uses(last.content)
+                last_id = last.id if asked else None
+            self._round = [] if last_id is None else list(self.session.scalars(_ROUND, {"message_id": last_id}))
         return self._round
 
     def asker(self) -> Row:
@@ -166,14 +209,14 @@ class Workspace:
 
     def append(self, role: str, content: list[dict]) -> Message:
         """A new row at the end of the transcript (written at once: the calls of a round name it)."""
-        last = self.last_row()
-        seq = last.seq + 1 if last is not None else 1  # (conversation_id, seq) is unique: a race fails loudly
+        last_seq = self.last_seq()
+        seq = last_seq + 1 if last_seq is not None else 1  # (conversation_id, seq) is unique: a race fails loudly
         message = Message(
             conversation_id=self.conversation.id, seq=seq, role=role, content=content, created_at=utcnow()
         )
         self.session.add(message)
         self.session.flush()
-        self._last, self._round = message, None
+        self._last, self._round, self._tail = message, None, None
         return message
 
     def add_summary(self, summary: Summary) -> None:

@@ -57,7 +57,7 @@ import anyio
 import anyio.abc
 import httpx2
 import jsonschema
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain, outbound, sealing
@@ -1244,7 +1244,11 @@ def remove_server(session: Session, tenant_id: int, name: str) -> list[str]:
 
 def stamp(session: Session, tenant_id: int) -> tuple:
     """Changes whenever the tenant's servers or their tools change (each change bumps a version)."""
-    return tuple(session.execute(select(McpServer.id, McpServer.version).where(McpServer.tenant_id == tenant_id)))
+    return tuple(session.execute(_STAMP, {"tenant_id": tenant_id}))
+
+
+# Read by every move (Services.tools_for), so built once: a statement object keeps its cache key.
+_STAMP = select(McpServer.id, McpServer.version).where(McpServer.tenant_id == bindparam("tenant_id"))
 
 
 def tenant_tools(session: Session, config: Config, tenant_id: int) -> list[McpRemoteTool]:
