@@ -255,17 +255,18 @@ class Generation(OnWorkspace):
             "settings_version": self._settings_version if purpose == "answer" else None,
             "route": route or self.route,
         }
-        self.session.add(
-            ModelCall(
-                conversation_id=c.id,
-                tenant_id=c.tenant_id,
-                model=reply.model,
-                request_id=reply.request_id,
-                stop_reason=reply.stop_reason,
-                latency_ms=reply.latency_ms,
+        self.workspace.insert(
+            ModelCall,
+            {
+                "conversation_id": c.id,
+                "tenant_id": c.tenant_id,
+                "model": reply.model,
+                "request_id": reply.request_id,
+                "stop_reason": reply.stop_reason,
+                "latency_ms": reply.latency_ms,
                 **sent,
                 **usage,
-            )
+            },
         )
         self.workspace.audit(
             "model_call",

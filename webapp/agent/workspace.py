@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import and_, bindparam, func, select
+from sqlalchemy import and_, bindparam, func, insert, select
 from sqlalchemy.engine import Row
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, make_transient_to_detached
 
 from webapp import audit_chain
 from webapp.agent import access
@@ -24,6 +24,7 @@ from webapp.models import (
     AssistantSettings,
     Conversation,
     Message,
+    ModelCall,
     Summary,
     Tenant,
     ToolCall,
@@ -77,6 +78,8 @@ _LAST_ROW = (
     select(Message).where(Message.conversation_id == bindparam("conversation_id")).order_by(Message.seq.desc()).limit(1)
 )
 _ROUND = select(ToolCall).where(ToolCall.message_id == bindparam("message_id")).order_by(ToolCall.position)
+_APPEND = insert(Message.__table__).returning(Message.__table__.c.id)
+_INSERTS = {ModelCall: insert(ModelCall.__table__)}
 _HOLD = select(Conversation.id).where(Conversation.id == bindparam("conversation_id")).with_for_update()
 
 
@@ -208,16 +211,24 @@ class Workspace:
             self.session.execute(_HOLD, {"conversation_id": self.conversation.id})
 
     def append(self, role: str, content: list[dict]) -> Message:
-        """A new row at the end of the transcript (written at once: the calls of a round name it)."""
+        """A new row at the end of the transcript, written at once (the calls of a round name it).
+
+        Rows are append-only, so it is an INSERT of its own rather than a flush of the session (a third
+        of the cost), and the Message is attached to the session as written."""
         last_seq = self.last_seq()
         seq = last_seq + 1 if last_seq is not None else 1  # (conversation_id, seq) is unique: a race fails loudly
-        message = Message(
-            conversation_id=self.conversation.id, seq=seq, role=role, content=content, created_at=utcnow()
-        )
+        row = {"conversation_id": self.conversation.id, "seq": seq, "role": role, "content": content}
+        row["created_at"] = utcnow()
+        message = Message(id=self.session.connection().scalar(_APPEND, row), **row)
+        make_transient_to_detached(message)
         self.session.add(message)
-        self.session.flush()
         self._last, self._round, self._tail = message, None, None
         return message
+
+    def insert(self, table, row: dict) -> None:
+        """A row nothing in the move reads again (a model call's usage), written at once, without the
+        session's unit of work."""
+        self.session.connection().execute(_INSERTS[table], row)
 
     def add_summary(self, summary: Summary) -> None:
         """A new summary of the older turns, the one the next request stands on."""
