@@ -45,6 +45,7 @@ _HEADS = AuditHead.__table__
 _UPSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 # Built once (every commit with events runs them): see the statements at the top of agent/workspace.py.
 _LOCK_HEAD = select(_HEADS.c.seq, _HEADS.c.hash).where(_HEADS.c.chain == bindparam("head_chain")).with_for_update()
+_INSERT_EVENTS = insert(_EVENTS)
 _MOVE_HEAD = (
     update(_HEADS)
     .where(_HEADS.c.chain == bindparam("head_chain"))
@@ -137,8 +138,9 @@ def _write_queued(session: Session) -> None:
             seq += 1
             row.update(seq=seq, prev_hash=prev_hash)
             row["hash"] = prev_hash = event_hash(row)
-        session.execute(insert(_EVENTS), rows)
-        session.execute(_MOVE_HEAD, {"head_chain": chain, "head_seq": seq, "head_hash": prev_hash})
+        connection = session.connection(bind_arguments={"mapper": AuditEvent})  # Core statements: no ORM layer
+        connection.execute(_INSERT_EVENTS, rows[0] if len(rows) == 1 else rows)  # (one row: no executemany)
+        connection.execute(_MOVE_HEAD, {"head_chain": chain, "head_seq": seq, "head_hash": prev_hash})
     # Cleared only once written: a commit that failed above and is retried must not lose its events.
     queue.clear()
 
@@ -146,7 +148,7 @@ def _write_queued(session: Session) -> None:
 def _lock_head(session: Session, chain: str) -> tuple[int, str]:
     """The chain's head (seq, hash), locked until commit. SQLite ignores FOR UPDATE, but there every
     transaction is BEGIN IMMEDIATE, so a writer already holds the database's write lock."""
-    head = session.execute(_LOCK_HEAD, {"head_chain": chain}).first()
+    head = session.connection(bind_arguments={"mapper": AuditHead}).execute(_LOCK_HEAD, {"head_chain": chain}).first()
     if head is None:
         # Of two first writers of a chain, the second waits on the first's row, then finds it.
         upsert = _UPSERT[session.get_bind(AuditHead).dialect.name]
