@@ -151,3 +151,21 @@ def test_a_people_only_worker_takes_the_moves_people_asked_for_and_no_other(api,
     assert move_job_id(other, 1) in dispatcher.queue.job_ids  # left for the pool workers
     workers()
     assert_valid_transcript(wait_status(api, other, "completed", timeout=60))
+
+
+def test_rq_suspend_holds_a_pool_worker_and_rq_resume_lets_it_go_on(api, workers, model):
+    from rq.suspension import resume, suspend
+
+    redis = services().dispatcher.redis
+    workers()
+    first = start(api, "Show invoices for customer 4471 (before the suspension)")
+    assert_valid_transcript(wait_status(api, first, "completed", timeout=60))
+    suspend(redis)
+    try:
+        time.sleep(1.5)  # the worker looks for a suspension once a second (SUSPENSION_LOOK_SECONDS)
+        held = start(api, "Show invoices for customer 4471 (while suspended)")
+        time.sleep(2)  # room for a worker that would wrongly take it
+        assert wait_status(api, held, "queued", timeout=1)["status"] == "queued"
+    finally:
+        resume(redis)
+    assert_valid_transcript(wait_status(api, held, "completed", timeout=60))

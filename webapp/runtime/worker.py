@@ -41,6 +41,7 @@ from webapp.tools import mcp
 log = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 5.0  # seconds; RQ's worker key lives for its worker_ttl (minutes)
 KEPT_SLOT_LOOK_SECONDS = 0.25  # with only people's slots free, how often the other moves are looked at again
+SUSPENSION_LOOK_SECONDS = 1.0  # how often the worker looks whether `rq suspend` holds the workers
 
 
 class PoolWorker(SimpleWorker):
@@ -77,6 +78,7 @@ class PoolWorker(SimpleWorker):
         self._busy_lock = threading.Lock()
         self._listening = False
         self._beat = 0.0  # when the worker's own loop last heartbeat (time.monotonic())
+        self._suspension_looked = -SUSPENSION_LOOK_SECONDS  # when it last looked for `rq suspend`
 
     def serialize(self) -> dict:
         """RQ's worker record in Redis, with the number of slots (the ops page and /metrics read it)."""
@@ -168,6 +170,15 @@ class PoolWorker(SimpleWorker):
         super().heartbeat(pipeline=beat)
         beat.execute()
         self._beat = time.monotonic()
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ looks whether `rq suspend` holds the workers before taking every job, a round trip with a
+        heartbeat each time (a tenth of RQ's share of a move); a pool looks once a second, and a
+        suspension still stops it from taking jobs within that second."""
+        if time.monotonic() - self._suspension_looked < SUSPENSION_LOOK_SECONDS:
+            return
+        super().check_for_suspension(burst)
+        self._suspension_looked = time.monotonic()
 
     def _set_state_quietly(self, state: str) -> None:
         try:
