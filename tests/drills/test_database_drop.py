@@ -128,6 +128,9 @@ class _FailingLoop:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
+    def know(self, tail) -> None:
+        pass
+
     def next_move(self):
         return SimpleNamespace(kind="tool", parks=False)
 

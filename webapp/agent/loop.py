@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from webapp.agent.calls import Calls, task_due
 from webapp.agent.generation import Generation
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
-from webapp.agent.workspace import Events, LoopSettings, NoEvents, OnWorkspace, Workspace
+from webapp.agent.workspace import Events, LoopSettings, NoEvents, OnWorkspace, Tail, Workspace
 from webapp.llm.client import ModelClient, ModelReply
 from webapp.models import Conversation, Message, Summary, ToolCall, utcnow
 from webapp.tools import presenting
@@ -93,6 +93,10 @@ class Loop(OnWorkspace):
         return self.generation.model
 
     # --- reading the state ---------------------------------------------------------------------
+
+    def know(self, tail: Tail) -> None:
+        """What the move's claim read of the conversation's newest rows (see workspace.Tail)."""
+        self.workspace.know(tail)
 
     def rows(self, after: int = 0) -> list:
         """The transcript's rows after seq `after`, oldest first (see Workspace.rows)."""

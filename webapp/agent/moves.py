@@ -130,7 +130,7 @@ def advance(
     watched = stream_watch(session.get_bind()).watch(conversation_id, owner, lease)
     try:
         loop = make_loop(session, conversation, watched.should_stop)
-        loop.workspace.know(Tail(*tail))
+        loop.know(Tail(*tail))
         move = loop.next_move()
         loop.begin(move)
         session.commit()  # commit 1: the claim, and what must be durable before a side effect

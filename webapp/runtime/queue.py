@@ -14,6 +14,7 @@ import redis
 from rq import Queue, Retry
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
+from rq.utils import str_to_date
 
 from webapp.config import Config
 from webapp.runtime import embedded_redis
@@ -203,21 +204,34 @@ class Dispatcher:
         runs, but after a transient failure (the lease released for RQ's retry) it is an attempt more
         than MOVE_RETRIES allows, so a job just taken by a worker counts as alive. `waiting`: the
         move queues' job ids read once before (waiting_move_ids), for many questions in a row."""
-        try:
-            job = Job.fetch(job_id, connection=self.redis)
-        except NoSuchJobError:
-            return False
-        status = job.get_status(refresh=False)
-        if status == JobStatus.STARTED and job.started_at is not None:
-            return _since(job.started_at) < timedelta(seconds=self.config.lease_seconds)
-        if status == JobStatus.QUEUED:
-            in_a_queue = (job.id in waiting) if waiting is not None else self._waiting(job.id)
-            if in_a_queue:
-                return True
-            # Not in the queue: a worker popped it and marks it started a moment later (or died in
-            # that moment). Enqueued (or re-enqueued for a retry) less than a lease ago, it is alive.
-            return _since(job.enqueued_at) < timedelta(seconds=self.config.lease_seconds)
-        return status in LIVE_JOB_STATES
+        return job_id in self.alive_jobs([job_id], waiting)
+
+    def alive_jobs(self, job_ids, waiting: set[str] | None = None) -> set[str]:
+        """Of these jobs, the ones that will still run their move (job_alive), read in one round trip:
+        a sweep asks of hundreds at once when a backlog is queued (a fetch of each job cost a round
+        trip and the parsing of the whole job)."""
+        ids = list(dict.fromkeys(job_ids))
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(Job.key_for(job_id), "status", "started_at", "enqueued_at")
+        lease = timedelta(seconds=self.config.lease_seconds)
+        alive = set()
+        for job_id, (status, started_at, enqueued_at) in zip(ids, pipe.execute(), strict=True):
+            if status is None:  # no such job
+                continue
+            status = JobStatus(status.decode())
+            if status == JobStatus.STARTED and started_at:
+                if _since(str_to_date(started_at)) < lease:
+                    alive.add(job_id)
+            elif status == JobStatus.QUEUED:
+                in_a_queue = (job_id in waiting) if waiting is not None else self._waiting(job_id)
+                # Not in the queue: a worker popped it and marks it started a moment later (or died in
+                # that moment). Enqueued (or re-enqueued for a retry) less than a lease ago, it is alive.
+                if in_a_queue or (enqueued_at and _since(str_to_date(enqueued_at)) < lease):
+                    alive.add(job_id)
+            elif status in LIVE_JOB_STATES:
+                alive.add(job_id)
+        return alive
 
     def _waiting(self, job_id: str) -> bool:
         return any(self.redis.lpos(queue.key, job_id) is not None for queue in self.move_queues)

@@ -120,13 +120,15 @@ def sweep() -> int:
     recovered = []
     try:
         stalled = sweeper.stalled(db.session, grace_seconds=desk.config.sweep_interval_seconds)
-        waiting = dispatcher.waiting_move_ids() if stalled else set()
+        # Every job that may still run a stalled conversation's move, asked of Redis at once.
+        candidates = [move_job_id(c.id, c.version, n) for c in stalled for n in {0, c.recoveries}]
+        alive_jobs = dispatcher.alive_jobs(candidates, dispatcher.waiting_move_ids()) if stalled else set()
         for conversation in stalled:
             cid = conversation.id
 
             def alive(version: int, recoveries: int, cid=cid) -> bool:
-                return dispatcher.job_alive(move_job_id(cid, version), waiting) or (
-                    recoveries > 0 and dispatcher.job_alive(move_job_id(cid, version, recoveries), waiting)
+                return move_job_id(cid, version) in alive_jobs or (
+                    recoveries > 0 and move_job_id(cid, version, recoveries) in alive_jobs
                 )
 
             claim = sweeper.recover(db.session, conversation, alive)
