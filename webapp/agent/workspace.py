@@ -50,10 +50,11 @@ class Tail:
 
 # The statements every move runs, built once: a statement object caches its own compiled form's
 # key, so each move skips building the expression and its cache key (a tenth of a move's CPU).
+_ROWS = Message.__table__
 _TRANSCRIPT = (
-    select(Message.seq, Message.role, Message.content)
-    .where(Message.conversation_id == bindparam("conversation_id"), Message.seq > bindparam("after"))
-    .order_by(Message.seq)
+    select(_ROWS.c.seq, _ROWS.c.role, _ROWS.c.content)
+    .where(_ROWS.c.conversation_id == bindparam("conversation_id"), _ROWS.c.seq > bindparam("after"))
+    .order_by(_ROWS.c.seq)
 )
 # The person the assistant works with, their tenant's name, and the tenant's AssistantSettings in force.
 _NEWEST_SETTINGS = (
@@ -80,7 +81,8 @@ _LAST_ROW = (
 _ROUND = select(ToolCall).where(ToolCall.message_id == bindparam("message_id")).order_by(ToolCall.position)
 _APPEND = insert(Message.__table__).returning(Message.__table__.c.id)
 _INSERTS = {ModelCall: insert(ModelCall.__table__)}
-_HOLD = select(Conversation.id).where(Conversation.id == bindparam("conversation_id")).with_for_update()
+_CONVERSATIONS = Conversation.__table__
+_HOLD = select(_CONVERSATIONS.c.id).where(_CONVERSATIONS.c.id == bindparam("conversation_id")).with_for_update()
 
 
 class Events(Protocol):
@@ -137,7 +139,8 @@ class Workspace:
     def rows(self, after: int = 0) -> list:
         """The transcript's rows after seq `after`, oldest first: each with its `seq`, `role` and
         `content` (plain rows, not ORM objects: the transcript is read on every model move)."""
-        return list(self.session.execute(_TRANSCRIPT, {"conversation_id": self.conversation.id, "after": after}))
+        params = {"conversation_id": self.conversation.id, "after": after}
+        return list(self.session.connection().execute(_TRANSCRIPT, params))  # Core rows: no ORM layer
 
     def summary(self) -> Summary | None:
         """The newest summary of the conversation's older turns, if it has one."""
@@ -207,8 +210,7 @@ class Workspace:
         before, so a decision on another call never waits for that work."""
         if self._sqlite:  # every SQLite transaction is BEGIN IMMEDIATE: the write lock is already ours
             return
-        with self.session.no_autoflush:
-            self.session.execute(_HOLD, {"conversation_id": self.conversation.id})
+        self.session.connection().execute(_HOLD, {"conversation_id": self.conversation.id})  # (no autoflush)
 
     def append(self, role: str, content: list[dict]) -> Message:
         """A new row at the end of the transcript, written at once (the calls of a round name it).

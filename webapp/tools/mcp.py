@@ -1244,11 +1244,12 @@ def remove_server(session: Session, tenant_id: int, name: str) -> list[str]:
 
 def stamp(session: Session, tenant_id: int) -> tuple:
     """Changes whenever the tenant's servers or their tools change (each change bumps a version)."""
-    return tuple(session.execute(_STAMP, {"tenant_id": tenant_id}))
+    return tuple(session.connection().execute(_STAMP, {"tenant_id": tenant_id}))
 
 
 # Read by every move (Services.tools_for), so built once: a statement object keeps its cache key.
-_STAMP = select(McpServer.id, McpServer.version).where(McpServer.tenant_id == bindparam("tenant_id"))
+_SERVERS = McpServer.__table__
+_STAMP = select(_SERVERS.c.id, _SERVERS.c.version).where(_SERVERS.c.tenant_id == bindparam("tenant_id"))
 
 
 def tenant_tools(session: Session, config: Config, tenant_id: int) -> list[McpRemoteTool]:
