@@ -284,7 +284,7 @@ def test_cancel_during_a_streamed_reply_keeps_the_text_so_far_and_ends_cleanly(s
     stop = {"now": False}
     loop = new_loop(should_stop=lambda: stop["now"])
     loop.ask_later("[[long answer]]")
-    loop.events = type("E", (), {"publish": lambda self, cid, e: stop.update(now=True)})()
+    loop.events = type("E", (), {"publish": lambda self, cid, *events: stop.update(now=True)})()
     model.set_chunk_delay(0.02)
     assert loop.complete() == "cancelled"
     partial = transcript(loop)[-1]

@@ -306,14 +306,18 @@ class _DeltaBuffer:
             self.flush()
 
     def publish(self, event: dict) -> None:
-        self.flush()
-        self.events.publish(self.conversation_id, event)
+        """The text so far, then `event`, in one round trip."""
+        self.events.publish(self.conversation_id, *self._pending_text(), event)
+        self.last = time.monotonic()
 
     def flush(self) -> None:
         if self.pending:
-            self.events.publish(self.conversation_id, {"type": "text", "text": "".join(self.pending)})
-            self.pending = []
+            self.events.publish(self.conversation_id, *self._pending_text())
         self.last = time.monotonic()
+
+    def _pending_text(self) -> list[dict]:
+        text, self.pending = "".join(self.pending), []
+        return [{"type": "text", "text": text}] if text else []
 
 
 def _mark_cache_breakpoint(messages: list[dict]) -> None:

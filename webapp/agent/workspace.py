@@ -86,11 +86,11 @@ _HOLD = select(_CONVERSATIONS.c.id).where(_CONVERSATIONS.c.id == bindparam("conv
 
 
 class Events(Protocol):
-    def publish(self, conversation_id: int, event: dict) -> None: ...
+    def publish(self, conversation_id: int, *events: dict) -> None: ...
 
 
 class NoEvents:
-    def publish(self, conversation_id: int, event: dict) -> None:
+    def publish(self, conversation_id: int, *events: dict) -> None:
         pass
 
 

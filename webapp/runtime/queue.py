@@ -249,13 +249,16 @@ class Dispatcher:
     def tenant_channel(self, tenant_id: int) -> str:
         return f"{self._channel_prefix}tenant:{tenant_id}"
 
-    def publish(self, conversation_id: int, event: dict) -> None:
-        """Best effort: a page that misses an event catches up from the database."""
+    def publish(self, conversation_id: int, *events: dict) -> None:
+        """Best effort: a page that misses an event catches up from the database. Several events go
+        in one round trip, in order."""
         pipe = self.redis.pipeline(transaction=False)
-        if event.get("type") == "text":  # so a page opened mid-answer can show the answer so far
-            key = _partial_key(conversation_id)
-            pipe.append(key, event["text"]).expire(key, 600)
-        self._publish(pipe.publish(self.conversation_channel(conversation_id), json.dumps(event)))
+        for event in events:
+            if event.get("type") == "text":  # so a page opened mid-answer can show the answer so far
+                key = _partial_key(conversation_id)
+                pipe.append(key, event["text"]).expire(key, 600)
+            pipe.publish(self.conversation_channel(conversation_id), json.dumps(event))
+        self._publish(pipe)
 
     def partial_answer(self, conversation_id: int) -> str:
         """The text streamed so far by the move in flight ("" when none or Redis is away)."""
