@@ -64,9 +64,15 @@ def measure_context(app, turns: int, window: int = 12_000) -> dict:
             )
             model = ModelClient(sdk, "claude-sonnet-5", max_tokens)
 
-            def make_loop(session, conversation, should_stop=None, settings=settings, model=model) -> Loop:
+            def make_loop(session, conversation, should_stop=None, tail=None, *, settings=settings, model=model):
                 return Loop(
-                    session, conversation, model=model, tools=desk.tools, settings=settings, should_stop=should_stop
+                    session,
+                    conversation,
+                    model=model,
+                    tools=desk.tools,
+                    settings=settings,
+                    should_stop=should_stop,
+                    tail=tail,
                 )
 
             ((conversation_id, version),) = new_conversations(app, 1, question=FACT)

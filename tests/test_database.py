@@ -49,7 +49,8 @@ def test_a_connection_whose_backend_the_server_ended_is_replaced_before_anyone_u
     try:
         first = backend_pid(engine)  # the pool now keeps this one connection
         with postgresql.connect() as admin:
-            assert admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first}).scalar()
+            # (with a timeout it returns once the backend has ended: its last words sent, its socket closed)
+            assert admin.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": first}).scalar()
             admin.commit()
         with engine.connect() as connection:  # no error: the dead connection was never handed out
             assert connection.execute(text("SELECT pg_backend_pid()")).scalar() != first

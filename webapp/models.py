@@ -111,6 +111,10 @@ class Tenant(Base):
     endpoint_id: Mapped[int | None] = mapped_column(ForeignKey("model_endpoints.id"))
     # the small endpoint that classifies each new question (routing by difficulty); None: no routing
     small_endpoint_id: Mapped[int | None] = mapped_column(ForeignKey("model_endpoints.id"))
+    # moved on by the database (triggers of migration 0023) with every change to who may use the tenant's
+    # tools and to its MCP servers and their tools: a process keeps the tenant's registry and access
+    # rules while it holds (webapp/runtime/services.py)
+    tools_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class AssistantSettings(Base):

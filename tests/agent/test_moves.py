@@ -26,7 +26,7 @@ def mover(session):
     """mover(loop) -> advance(...) for that loop's conversation, at its current version by default."""
 
     def run(loop: Loop, owner: str = "worker-1", final_attempt: bool = True, version: int | None = None):
-        def make_loop(session_, conversation, should_stop):
+        def make_loop(session_, conversation, should_stop, tail):
             return Loop(
                 session_,
                 conversation,
@@ -34,6 +34,7 @@ def mover(session):
                 tools=loop.tools,
                 settings=loop.settings,
                 should_stop=should_stop,
+                tail=tail,
             )
 
         session.refresh(loop.conversation)

@@ -69,7 +69,7 @@ def test_a_connection_dropped_inside_a_tool_rolls_the_move_back_and_the_retry_co
 
         victim = wait_until(worker_waiting_on_us, 30, "the worker's refund to wait on the invoice's lock")
         with postgresql.connect() as admin:
-            assert admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": victim}).scalar()
+            assert admin.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": victim}).scalar()
             admin.commit()
         assert read(lambda s: s.scalar(select(func.count(Refund.id)))) == 0  # nothing half-written
         blocker.rollback()
@@ -100,7 +100,8 @@ def test_connections_dropped_while_the_model_streams_cost_nothing(api, pool, mod
     wait_until(lambda: len(model.requests) == 1, 30, "the model call to start streaming")
     with postgresql.connect() as admin:
         dropped = admin.execute(
-            text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :name"),
+            # (with a timeout each returns once its backend has ended, as a restarted database's have)
+            text("SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity WHERE application_name = :name"),
             {"name": WORKER_APP},
         ).scalar()
         admin.commit()
@@ -127,9 +128,6 @@ class _FailingLoop:
 
     def __init__(self, error: Exception) -> None:
         self.error = error
-
-    def know(self, tail) -> None:
-        pass
 
     def next_move(self):
         return SimpleNamespace(kind="tool", parks=False)

@@ -88,9 +88,13 @@ def accesses(session: Session, tenant_id: int) -> dict[str, Access]:
 _ACCESSES = select(ToolAccess).where(ToolAccess.tenant_id == bindparam("tenant_id"))  # every move: built once
 
 
-def usable(session: Session, user: User, names: Iterable[str]) -> frozenset[str]:
-    """Of these tools, the ones the assistant may use in a conversation the user owns."""
-    settings = accesses(session, user.tenant_id)
+def usable(
+    session: Session, user: User, names: Iterable[str], settings: dict[str, Access] | None = None
+) -> frozenset[str]:
+    """Of these tools, the ones the assistant may use in a conversation the user owns (`settings`: the
+    tenant's, as accesses() reads them, when the caller has them already)."""
+    if settings is None:
+        settings = accesses(session, user.tenant_id)
     return frozenset(name for name in names if settings.get(name, Access(name)).allows(user))
 
 

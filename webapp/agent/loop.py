@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from webapp.agent.access import Access
 from webapp.agent.calls import Calls, task_due
 from webapp.agent.generation import Generation
 from webapp.agent.states import IDLE, RUNNABLE, SETTLED, CallStatus, ConversationStatus
@@ -78,9 +79,17 @@ class Loop(OnWorkspace):
         background: Any = None,
         router: ModelClient | None = None,
         route: str = "not routed",
+        access_rules: dict[str, Access] | None = None,
+        tail: Tail | None = None,
     ) -> None:
         self.workspace = Workspace(
-            session, conversation, tools=tools, settings=settings or LoopSettings(), events=events or NoEvents()
+            session,
+            conversation,
+            tools=tools,
+            settings=settings or LoopSettings(),
+            events=events or NoEvents(),
+            access_rules=access_rules,  # the tenant's, when the caller keeps them (else read when needed)
+            tail=tail,  # what the move's claim read of the newest rows (see workspace.Tail)
         )
         self.calls = Calls(self.workspace, background=background)
         self.generation = Generation(
@@ -93,10 +102,6 @@ class Loop(OnWorkspace):
         return self.generation.model
 
     # --- reading the state ---------------------------------------------------------------------
-
-    def know(self, tail: Tail) -> None:
-        """What the move's claim read of the conversation's newest rows (see workspace.Tail)."""
-        self.workspace.know(tail)
 
     def rows(self, after: int = 0) -> list:
         """The transcript's rows after seq `after`, oldest first (see Workspace.rows)."""

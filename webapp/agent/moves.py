@@ -25,7 +25,7 @@ from webapp.agent.loop import Loop
 from webapp.agent.states import IDLE, MOVING, CallStatus, ConversationStatus
 from webapp.agent.workspace import Tail
 from webapp.llm.client import ModelError
-from webapp.models import Conversation, Message, Summary, ToolCall, utcnow
+from webapp.models import Conversation, Message, Summary, Tenant, ToolCall, utcnow
 from webapp.tools.tasks import INPUT_REQUIRED, Task, TaskError
 
 log = logging.getLogger(__name__)
@@ -39,12 +39,12 @@ PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
 # The claim every move starts with, built once (see the statements at the top of workspace.py): an
 # UPDATE of the table returning its row, loaded as the Conversation (from_statement skips the ORM's
 # bulk-update machinery, which cost a third of the claim), and what the move would otherwise read
-# first, its Tail: the last row's id, seq and role, and the newest summary's id.
+# first, its Tail: the last row's id, seq and role, the newest summary's id, the tenant's tools version.
 _TABLE = Conversation.__table__
 # Spelled out: SQLite's RETURNING names its table's columns bare, and a bare "id" inside a subquery
 # of messages would be the message's own.
 _THIS = literal_column(f"{_TABLE.name}.id")
-_MESSAGES, _SUMMARIES = Message.__table__, Summary.__table__
+_MESSAGES, _SUMMARIES, _TENANTS = Message.__table__, Summary.__table__, Tenant.__table__
 
 
 def _newest(column, table, order):
@@ -56,6 +56,10 @@ _TAIL = (
     _newest(_MESSAGES.c.seq, _MESSAGES, _MESSAGES.c.seq).label("tail_last_seq"),
     _newest(_MESSAGES.c.role, _MESSAGES, _MESSAGES.c.seq).label("tail_last_role"),
     _newest(_SUMMARIES.c.id, _SUMMARIES, _SUMMARIES.c.id).label("tail_summary_id"),
+    select(_TENANTS.c.tools_version)
+    .where(_TENANTS.c.id == literal_column(f"{_TABLE.name}.tenant_id"))
+    .scalar_subquery()
+    .label("tail_tools_version"),
 )
 _CLAIM = (
     select(Conversation, *(column(label.name) for label in _TAIL))
@@ -96,7 +100,8 @@ class MoveResult:
     wake_at: datetime | None = None  # a parked conversation's next due task: wake it then
 
 
-LoopFactory = Callable[[Session, Conversation, Callable[[], bool]], Loop]
+# (session, the claimed conversation, should_stop, what the claim read of its newest rows) -> its Loop
+LoopFactory = Callable[[Session, Conversation, Callable[[], bool], Tail], Loop]
 
 
 def advance(
@@ -129,8 +134,7 @@ def advance(
 
     watched = stream_watch(session.get_bind()).watch(conversation_id, owner, lease)
     try:
-        loop = make_loop(session, conversation, watched.should_stop)
-        loop.know(Tail(*tail))
+        loop = make_loop(session, conversation, watched.should_stop, Tail(*tail))
         move = loop.next_move()
         loop.begin(move)
         session.commit()  # commit 1: the claim, and what must be durable before a side effect

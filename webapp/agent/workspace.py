@@ -40,12 +40,14 @@ _UNREAD = object()
 class Tail:
     """What a move's claim read of the conversation's newest rows (moves.py: subqueries of the claim's
     RETURNING), so the move starts without a query of its own for them: the last row's id, seq and
-    role (None: no rows yet), and the newest summary's id (None: never summarised)."""
+    role (None: no rows yet), the newest summary's id (None: never summarised), and the version of the
+    tenant's tools and who may use them, which says whether the process's copy of them still holds."""
 
     last_id: int | None
     last_seq: int | None
     last_role: str | None
     summary_id: int | None
+    tools_version: int | None = None  # the tenant's (models.Tenant.tools_version)
 
 
 # The statements every move runs, built once: a statement object caches its own compiled form's
@@ -112,6 +114,8 @@ class Workspace:
         tools: ToolRegistry,
         settings: LoopSettings,
         events: Events,
+        access_rules: dict[str, access.Access] | None = None,
+        tail: Tail | None = None,
     ) -> None:
         self.session = session
         self.conversation = conversation
@@ -128,11 +132,8 @@ class Workspace:
         # reads the owner again to audit the call it runs as them (a second SELECT when let go).
         self._owner: User | None = None
         self._sqlite = session.get_bind().dialect.name == "sqlite"
-        self._tail: Tail | None = None  # what the claim read (None: read the rows when asked)
-
-    def know(self, tail: Tail) -> None:
-        """What the move's claim read of the conversation's newest rows (see Tail)."""
-        self._tail = tail
+        self._tail = tail  # what the move's claim read (None: read the rows when asked)
+        self._access_rules = access_rules  # the tenant's rules as the process keeps them (None: read them)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -196,7 +197,7 @@ class Workspace:
         """The tools the conversation's owner may have the assistant use (webapp/agent/access.py)."""
         if self._usable is None:
             self._owner = self.session.get(User, self.conversation.user_id)
-            self._usable = access.usable(self.session, self._owner, self.tools.names())
+            self._usable = access.usable(self.session, self._owner, self.tools.names(), self._access_rules)
         return self._usable
 
     # --- writing ---------------------------------------------------------------------------------

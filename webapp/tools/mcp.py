@@ -57,7 +57,7 @@ import anyio
 import anyio.abc
 import httpx2
 import jsonschema
-from sqlalchemy import bindparam, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain, outbound, sealing
@@ -1240,16 +1240,6 @@ def remove_server(session: Session, tenant_id: int, name: str) -> list[str]:
     session.delete(server)
     session.flush()
     return names
-
-
-def stamp(session: Session, tenant_id: int) -> tuple:
-    """Changes whenever the tenant's servers or their tools change (each change bumps a version)."""
-    return tuple(session.connection().execute(_STAMP, {"tenant_id": tenant_id}))
-
-
-# Read by every move (Services.tools_for), so built once: a statement object keeps its cache key.
-_SERVERS = McpServer.__table__
-_STAMP = select(_SERVERS.c.id, _SERVERS.c.version).where(_SERVERS.c.tenant_id == bindparam("tenant_id"))
 
 
 def tenant_tools(session: Session, config: Config, tenant_id: int) -> list[McpRemoteTool]:
