@@ -286,6 +286,30 @@ def test_a_move_writes_only_what_is_new(session, new_loop, mover, model, engine)
     }
 
 
+def test_a_move_reads_nothing_its_claim_already_told_it(session, new_loop, mover, model, engine):
+    """The claim's RETURNING brings the last row's id, seq and role and the newest summary's id: no move
+    reads the last row or the summaries again (a tool move reads its round by the last row's id)."""
+    from sqlalchemy import event
+
+    loop = started(session, new_loop)
+    selects: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("SELECT"):
+            selects.append(" ".join(statement.split()))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        outcomes = [mover(loop).outcome for _ in range(3)]
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert outcomes == ["generate", "run_tool", "generate"]
+    assert not [s for s in selects if "FROM summaries" in s]
+    assert not [s for s in selects if "FROM messages" in s and "DESC" in s]  # the newest row, read again
+    transcripts = [s for s in selects if "FROM messages" in s]
+    assert len(transcripts) == 2  # one read of the transcript per model move, none for the tool move
+
+
 def test_conversation_rows_never_leak_into_another_conversation(session, new_loop, mover, model):
     first, second = started(session, new_loop), started(session, new_loop)
     for loop in (first, second):

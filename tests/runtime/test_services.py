@@ -3,7 +3,7 @@ database moves that version on with every change to either, so a kept copy never
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from webapp.agent import access, moves
 from webapp.conversations import actions as conversations
@@ -78,6 +78,15 @@ def test_a_tool_an_admin_disables_is_not_offered_at_the_next_move_of_a_process_t
         return {tool["name"] for tool in model.requests[-1]["tools"]}
 
     assert "lookup_invoices" in first_move_offers()
+    read: list[str] = []
+    note = lambda conn, cursor, statement, *args: read.append(statement)  # noqa: E731
+    event.listen(db.engine, "before_cursor_execute", note)
+    try:
+        assert "lookup_invoices" in first_move_offers()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", note)
+    # kept: the move read neither who may use the tools nor the MCP servers
+    assert not [s for s in read if "FROM tool_access" in s or "FROM mcp_servers" in s]
     kept = desk.tenant_tools(db.session, agent.tenant_id)
     assert desk.tenant_tools(db.session, agent.tenant_id) is kept  # kept while the version holds
     access.save_access(db.session, agent.tenant_id, "lookup_invoices", who="nobody", by_user_id=admin.id)
