@@ -86,7 +86,7 @@ def test_unknown_ids_and_other_tenants_conversations_are_404_without_a_leak(api)
     assert api.as_(AGENT).get("/api/conversations/999999").status_code == 404
     assert api.as_(AGENT).get("/api/conversations/abc").status_code == 404
     assert api.as_(AGENT).get("/api/nowhere").json["error"] == "not_found"
-    assert api.as_(AGENT).get("/api/conversations").status_code == 405
+    assert api.as_(AGENT).delete("/api/conversations").status_code == 405
 
 
 def test_cancel_and_retry_say_when_there_is_nothing_to_do(api, app):
@@ -114,7 +114,7 @@ def test_decision_requests_are_validated_before_anything_changes(api):
     assert reviewer.post("/api/approvals/1", json={"decision": "maybe"}).status_code == 422
     assert reviewer.post("/api/approvals/999", json={"decision": "approve"}).status_code == 404
     assert api.as_(AGENT).post("/api/approvals/1", json={"decision": "approve"}).status_code == 403
-    assert reviewer.get("/api/approvals").json == {"approvals": []}
+    assert reviewer.get("/api/approvals").json == {"approvals": [], "next_cursor": None}
 
 
 def test_healthz_reports_the_database_redis_and_workers(api):

@@ -377,7 +377,7 @@ def test_every_response_carries_the_keys_clients_rely_on(api, model):
     assert posted.status_code == 202 and posted.json == {"id": conversation_id, "status": "queued"}
 
     listed = reviewer.get("/api/approvals").json
-    assert listed == {"approvals": []}
+    assert listed == {"approvals": [], "next_cursor": None}
     call = waiting_refund(api, model)
     assert set(call) == CALL_KEYS
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flask import Blueprint, current_app, g, jsonify, request
 from pydantic import BaseModel
 from sqlalchemy import func, select
@@ -17,13 +19,17 @@ from webapp.agent.transcript import api_messages
 from webapp.api.openapi import document, documented
 from webapp.api.schemas import (
     ApprovalList,
+    ApprovalsQuery,
     ApprovalView,
     AuditPage,
     AuditQuery,
     BudgetExtended,
     CancelRequested,
     ClaimApproval,
+    ConversationList,
+    ConversationsQuery,
     ConversationState,
+    ConversationSummary,
     ConversationView,
     DecideApproval,
     DecidePolicyChange,
@@ -60,6 +66,7 @@ from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.errors import Refused, json_error
+from webapp.web.pagination import BadCursor, Page
 from webapp.web.security import api_roles, public
 
 bp = Blueprint("api", __name__, url_prefix="/api")
@@ -120,6 +127,30 @@ def create_conversation():
     sent = body(StartConversation)
     conversation = conversations.start(db.session, g.user, sent.message)
     return answer(ConversationState.of(conversation), 201)
+
+
+@bp.get("/conversations")
+@documented("List conversations", query=ConversationsQuery, responses={200: ConversationList})
+@api_roles(*ROLES)
+def list_conversations():
+    """The conversations the caller may see (agents: their own), newest first, a page at a time."""
+    asked = query(ConversationsQuery)
+    page = a_page(
+        lambda: conversations.listing(
+            db.session,
+            g.user,
+            status=asked.status,
+            started_by=asked.started_by,
+            since=asked.since,
+            cursor=asked.cursor,
+            limit=asked.limit or 50,
+        )
+    )
+    return answer(
+        ConversationList(
+            conversations=[ConversationSummary.of(row, email) for row, email in page.rows], next_cursor=page.next_cursor
+        )
+    )
 
 
 @bp.post("/conversations/<int:conversation_id>/messages")
@@ -192,11 +223,13 @@ def extend_budget(conversation_id: int):
 
 
 @bp.get("/approvals")
-@documented("List the calls waiting for a decision", responses={200: ApprovalList})
+@documented("List the calls waiting for a decision", query=ApprovalsQuery, responses={200: ApprovalList})
 @api_roles("reviewer")
 def list_approvals():
-    calls = db.session.scalars(approvals.pending(g.user).limit(200))
-    return answer(ApprovalList(approvals=[ToolCallView.of(call) for call in calls]))
+    """The tenant's waiting calls, oldest first, a page at a time: a call that waits is on one page."""
+    asked = query(ApprovalsQuery)
+    page = a_page(lambda: approvals.pending_page(db.session, g.user, asked.cursor, asked.limit or 200))
+    return answer(ApprovalList(approvals=[ToolCallView.of(call) for call in page.rows], next_cursor=page.next_cursor))
 
 
 @bp.get("/approvals/<int:tool_call_id>")
@@ -437,6 +470,15 @@ def openapi_document():
 
 
 # --- shapes -------------------------------------------------------------------------------------
+
+
+def a_page(read: Callable[[], Page]) -> Page:
+    """The page `read` returns; a cursor that is not an earlier answer's next_cursor is a 422 naming it."""
+    try:
+        return read()
+    except BadCursor:
+        problem = FieldProblem(field="cursor", problem="must be the next_cursor of an earlier answer")
+        raise InvalidFields([problem], ["Send it unchanged, or leave it out for the first page."]) from None
 
 
 def conversation_view(conversation: Conversation) -> ConversationView:

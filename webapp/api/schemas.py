@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, time
 from typing import Annotated, Any, Literal, TypeVar
 
 from flask import request
@@ -359,6 +359,68 @@ class AuditQuery(QueryParameters):
     ] = None
 
 
+def _moment(value: object) -> object:
+    """A query parameter that is an ISO 8601 moment with its offset (2026-12-04T09:30:00Z) or a day
+    (2026-12-04: its midnight, UTC), as an aware datetime; anything else as sent (and refused)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 40:
+        return value
+    raw = value.strip()
+    try:
+        if len(raw) == 10:
+            return datetime.combine(date.fromisoformat(raw), time(), UTC)
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        return value
+    return moment.astimezone(UTC) if moment.tzinfo is not None else value
+
+
+def _page_limit(what: str, default: int) -> Any:
+    return Annotated[
+        Annotated[int, Field(ge=1, le=API_MAX_LIMIT)] | None,
+        BeforeValidator(_digits),
+        Field(description=f"{what} per page, {default} unless given (at most {API_MAX_LIMIT})."),
+        Rule(f"must be a whole number from 1 to {API_MAX_LIMIT}"),
+    ]
+
+
+Cursor = Annotated[
+    str | None,
+    Field(max_length=400, description="The next_cursor of an earlier answer, unchanged; left out: the first page."),
+    Rule("must be the next_cursor of an earlier answer"),
+]
+
+
+class ConversationsQuery(QueryParameters):
+    """Which conversations to list, newest first (agents: their own)."""
+
+    status: Annotated[
+        ConversationStatus | None,
+        BeforeValidator(lambda value: ConversationStatus(value) if value in set(ConversationStatus) else value),
+        Field(description="Only conversations in this state."),
+        Rule("must be one of " + ", ".join(f'"{status}"' for status in ConversationStatus)),
+    ] = None
+    started_by: Annotated[
+        str | None,
+        Field(min_length=1, max_length=254, pattern=NO_NUL, description="Only those started by this email."),
+        Rule("must be an email address"),
+    ] = None
+    since: Annotated[
+        datetime | None,
+        BeforeValidator(_moment),
+        Field(description="Only those started at or after this moment (ISO 8601 with its offset, or a day, UTC)."),
+        Rule("must be a moment like 2026-12-04T09:30:00Z or a day like 2026-12-04"),
+    ] = None
+    cursor: Cursor = None
+    limit: _page_limit("Conversations", 50) = None
+
+
+class ApprovalsQuery(QueryParameters):
+    """A page of the calls waiting for a decision, oldest first."""
+
+    cursor: Cursor = None
+    limit: _page_limit("Calls", 200) = None
+
+
 # --- refusing a request -----------------------------------------------------------------------------
 
 
@@ -661,9 +723,10 @@ class ApprovalView(ToolCallView):
 
 
 class ApprovalList(BaseModel):
-    """The tenant's tool calls waiting for a decision, oldest first (at most 200)."""
+    """A page of the tenant's tool calls waiting for a decision, oldest first."""
 
     approvals: list[ToolCallView]
+    next_cursor: str | None = Field(description="Send it as `cursor` for the next page; null on the last page.")
 
 
 class PolicyView(BaseModel):
@@ -836,6 +899,37 @@ class ConversationView(BaseModel):
             created_at=conversation.created_at,
             updated_at=conversation.updated_at,
         )
+
+
+class ConversationSummary(BaseModel):
+    """A conversation as a list shows it: what it is, who started it and where it stands."""
+
+    id: int
+    title: str
+    status: ConversationStatus
+    started_by: str = Field(description="The email of the agent who started it.")
+    cancel_requested: bool
+    created_at: Timestamp
+    updated_at: Timestamp
+
+    @classmethod
+    def of(cls, conversation: Conversation, started_by: str) -> ConversationSummary:
+        return cls(
+            id=conversation.id,
+            title=conversation.title,
+            status=conversation.status,
+            started_by=started_by,
+            cancel_requested=conversation.cancel_requested_at is not None,
+            created_at=conversation.created_at,
+            updated_at=conversation.updated_at,
+        )
+
+
+class ConversationList(BaseModel):
+    """A page of the conversations the caller may see, newest first."""
+
+    conversations: list[ConversationSummary]
+    next_cursor: str | None = Field(description="Send it as `cursor` for the next page; null on the last page.")
 
 
 class ConversationState(BaseModel):

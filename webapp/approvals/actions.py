@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from webapp.agent import decisions
@@ -15,6 +15,7 @@ from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.registry import Review, ToolContext
 from webapp.web.errors import Refused
+from webapp.web.pagination import Page, keyset_page
 
 MAX_REASON_CHARS = 2_000
 DECISION_STATUS = {"not_allowed": 403, "reason_required": 422, "invalid_input": 422}
@@ -35,6 +36,22 @@ def pending(user: User):
         select(ToolCall)
         .where(ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL)
         .order_by(ToolCall.created_at, ToolCall.id)
+    )
+
+
+def pending_page(session: Session, user: User, cursor: str | None, size: int, narrowed: Select | None = None) -> Page:
+    """A page of the tenant's waiting calls (`narrowed`: of pending(user) narrowed by filters), oldest
+    first, the call closest to expiring leading, after the call `cursor` names (raises BadCursor).
+    Keyed by when each started waiting, which never changes, so a call waiting the whole time is on
+    exactly one page."""
+    return keyset_page(
+        session,
+        pending(user) if narrowed is None else narrowed,
+        [ToolCall.created_at, ToolCall.id],
+        cursor,
+        size,
+        key_values=lambda call: (call.created_at, call.id),
+        descending=False,
     )
 
 

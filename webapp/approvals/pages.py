@@ -30,7 +30,7 @@ from webapp.tools.presenting import changes, duration, money, more_approvals
 from webapp.tools.registry import Review
 from webapp.web import htmx
 from webapp.web.errors import Refused
-from webapp.web.pagination import BadCursor, Page, keyset_page
+from webapp.web.pagination import BadCursor, Page
 from webapp.web.security import roles_required
 
 bp = Blueprint("approvals", __name__, url_prefix="/approvals")
@@ -81,14 +81,8 @@ def _pending_query(filters: dict):
 def index():
     filters, problems = _filters()
     try:
-        page = keyset_page(
-            db.session,
-            _pending_query(filters),
-            (ToolCall.created_at, ToolCall.id),
-            request.args.get("cursor"),
-            PAGE_SIZE,
-            key_values=lambda call: (call.created_at, call.id),
-            descending=False,  # oldest first: the call closest to expiring leads
+        page = approvals.pending_page(
+            db.session, current_user, request.args.get("cursor"), PAGE_SIZE, _pending_query(filters)
         )
     except BadCursor as exc:
         problems.append(str(exc))

@@ -3,6 +3,8 @@ do it, changes state through the loop's domain, audits, commits, and only then e
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from flask import flash, has_request_context, request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -16,6 +18,7 @@ from webapp.runtime.queue import QueueUnavailable
 from webapp.runtime.services import services
 from webapp.tools.tasks import MAX_INPUT_CHARS
 from webapp.web.errors import Refused
+from webapp.web.pagination import Page, keyset_page
 
 MAX_MESSAGE_CHARS = 20_000
 SUPERVISING = ("reviewer", "auditor", "admin")  # see every conversation of their tenant
@@ -38,6 +41,31 @@ def visible_to(user: User):
     if not any(user.has_role(role) for role in SUPERVISING):
         condition = condition & (Conversation.user_id == user.id)
     return condition
+
+
+def listing(
+    session: Session,
+    user: User,
+    *,
+    status: str | None = None,
+    started_by: str | None = None,
+    since: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> Page:
+    """A page of the conversations this person may see, newest first, filtered by status, the email of
+    who started them and the moment they started; its rows are (conversation, that email). Raises
+    BadCursor for a cursor that is not a next_cursor of ours."""
+    statement = select(Conversation, User.email).join(User, User.id == Conversation.user_id).where(visible_to(user))
+    if status is not None:
+        statement = statement.where(Conversation.status == status)
+    if started_by is not None:
+        statement = statement.where(User.email == started_by.strip().lower())  # stored lowercased
+    if since is not None:
+        statement = statement.where(Conversation.created_at >= since)
+    return keyset_page(
+        session, statement, [Conversation.id], cursor, limit, key_values=lambda row: (row[0].id,), scalars=False
+    )
 
 
 def find(session: Session, user: User, conversation_id: int) -> Conversation:

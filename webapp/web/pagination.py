@@ -82,10 +82,12 @@ def keyset_page(
     *,
     key_values: Callable[[Any], Sequence[Any]],
     descending: bool = True,
+    scalars: bool = True,
 ) -> Page:
     """`size` rows of `statement` ordered by `keys` (all descending, or all ascending), starting
     after the row the cursor names (from the first row when it is None or empty). `key_values` gives
-    a row's values of the keys, for the next cursor. Raises BadCursor."""
+    a row's values of the keys, for the next cursor. `scalars`: each row is its first entity (else
+    the row of everything selected). Raises BadCursor."""
     if cursor:
         after = decode_cursor(cursor, keys)
         if len(keys) == 1:
@@ -94,7 +96,8 @@ def keyset_page(
             row = tuple_(*keys)  # compared with a plain tuple, each value is bound with its key's type
             statement = statement.where(row < after if descending else row > after)
     order = [key.desc() if descending else key.asc() for key in keys]
-    rows = list(session.scalars(statement.order_by(None).order_by(*order).limit(size + 1)))
+    statement = statement.order_by(None).order_by(*order).limit(size + 1)
+    rows = list(session.scalars(statement) if scalars else session.execute(statement))
     more = len(rows) > size
     rows = rows[:size]
     return Page(rows, encode_cursor(key_values(rows[-1])) if more and rows else None)
