@@ -12,6 +12,7 @@ since the HTML forms call them too; the limits here are theirs, imported.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import Annotated, Any, Literal, TypeVar
@@ -362,16 +363,17 @@ class AuditQuery(QueryParameters):
 def _moment(value: object) -> object:
     """A query parameter that is an ISO 8601 moment with its offset (2026-12-04T09:30:00Z) or a day
     (2026-12-04: its midnight, UTC), as an aware datetime; anything else as sent (and refused)."""
-    if not isinstance(value, str) or not value.strip() or len(value) > 40:
+    if not isinstance(value, str) or not _MOMENT.match(value):
         return value
-    raw = value.strip()
     try:
-        if len(raw) == 10:
-            return datetime.combine(date.fromisoformat(raw), time(), UTC)
-        moment = datetime.fromisoformat(raw)
-    except ValueError:
+        if len(value) == 10:
+            return datetime.combine(date.fromisoformat(value), time(), UTC)
+        return datetime.fromisoformat(value).astimezone(UTC)
+    except ValueError:  # a month 13, a 25th hour
         return value
-    return moment.astimezone(UTC) if moment.tzinfo is not None else value
+
+
+_MOMENT = re.compile(r"\d{4}-\d{2}-\d{2}([Tt]\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-]\d{2}:\d{2}))?\Z")  # RFC 3339
 
 
 def _page_limit(what: str, default: int) -> Any:
@@ -407,6 +409,7 @@ class ConversationsQuery(QueryParameters):
     since: Annotated[
         datetime | None,
         BeforeValidator(_moment),
+        WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "format": "date"}]}),
         Field(description="Only those started at or after this moment (ISO 8601 with its offset, or a day, UTC)."),
         Rule("must be a moment like 2026-12-04T09:30:00Z or a day like 2026-12-04"),
     ] = None
