@@ -31,7 +31,7 @@ FAULTS = {
     "500": (Fault.status(500, error_type="api_error"), "service_error", "HTTP 500"),
     "hang": (Fault.hang(6), "timeout", "did not answer in time"),  # past MODEL_TIMEOUT_SECONDS=2
     "malformed": (Fault.malformed(), "bad_response", "could not be read"),
-    "cut": (Fault.cut_after(4), "bad_response", "could not be read"),  # the stream stops mid-reply
+    "cut": (Fault.cut_after(4), "bad_response", "ended half-way"),  # the stream stops mid-reply
 }
 
 

@@ -100,6 +100,13 @@ class ModelClient:
                         elif event.type == "content_block_start" and event.content_block.type == "tool_use":
                             if on_tool_start:
                                 on_tool_start(event.content_block.name)
+                except (anthropic.APIConnectionError, httpx2.TransportError) as exc:  # (the SDK wraps it from 2.17)
+                    if stopped.is_set():
+                        pass
+                    elif isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException)):
+                        raise
+                    else:  # the reply had begun: what broke is the reply, not the way to the service
+                        raise _cut() from exc
                 except Exception:
                     if not stopped.is_set():
                         raise
@@ -111,7 +118,7 @@ class ModelClient:
                 final = stream.get_final_message()
                 request_id = _request_id(stream)
             if final.stop_reason is None:  # the stream ended without saying why: a cut, not an answer
-                raise ModelError("bad_response", "The model service's reply ended half-way.", transient=True)
+                raise _cut()
         except _SDK_ERRORS as exc:
             raise model_error(exc) from exc
         return ModelReply(
@@ -144,6 +151,10 @@ class ModelClient:
             getattr(final, "_request_id", None),
             _ms(started),
         )
+
+
+def _cut() -> ModelError:
+    return ModelError("bad_response", "The model service's reply ended half-way.", transient=True)
 
 
 _SDK_ERRORS = (anthropic.APIError, json.JSONDecodeError, httpx2.HTTPError, ValueError, KeyError)
