@@ -162,7 +162,9 @@ def test_rq_suspend_holds_a_pool_worker_and_rq_resume_lets_it_go_on(api, workers
     assert_valid_transcript(wait_status(api, first, "completed", timeout=60))
     suspend(redis)
     try:
-        time.sleep(1.5)  # the worker looks for a suspension once a second (SUSPENSION_LOOK_SECONDS)
+        # A worker looks for a suspension before it listens, at most once a second (SUSPENSION_LOOK_SECONDS),
+        # and listens a second at a time: it has seen it within two seconds, busy or idle.
+        time.sleep(3)
         held = start(api, "Show invoices for customer 4471 (while suspended)")
         time.sleep(2)  # room for a worker that would wrongly take it
         assert wait_status(api, held, "queued", timeout=1)["status"] == "queued"

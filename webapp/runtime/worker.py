@@ -94,19 +94,19 @@ class PoolWorker(SimpleWorker):
             self.heartbeat()
         result = None
         everything = self._ordered_queues
+        listening_since = time.monotonic()
         try:
             while not self._stop_requested:
-                # With only the slots kept for people free, listen to the people queue alone, a moment
-                # at a time, looking again at how many slots are free after each.
+                # Listen a moment at a time, so that between moments the worker sees an `rq suspend`
+                # (RQ itself looks only before it listens, and then listens for minutes) and, with only
+                # the slots kept for people free, listens to the people queue alone, looking again at
+                # how many slots are free after each moment.
                 kept = self._busy >= self.concurrency - self.people_slots
                 self._ordered_queues = [self.people_queue] if kept else everything
+                moment = None if timeout is None else KEPT_SLOT_LOOK_SECONDS if kept else SUSPENSION_LOOK_SECONDS
                 self._listening = True
                 try:
-                    if kept:
-                        moment = None if timeout is None else KEPT_SLOT_LOOK_SECONDS
-                        result = super().dequeue_job_and_maintain_ttl(moment, moment)
-                    else:
-                        result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                    result = super().dequeue_job_and_maintain_ttl(moment, moment)
                 finally:
                     self._listening = False
                     self._ordered_queues = everything
@@ -116,8 +116,11 @@ class PoolWorker(SimpleWorker):
                     if not self._busy:
                         break
                     time.sleep(0.05)
-                elif not kept:  # RQ ran out of its max_idle_time
-                    break
+                    continue
+                if max_idle_time is not None and time.monotonic() - listening_since >= max_idle_time:
+                    break  # RQ's max_idle_time ran out
+                self._suspension_looked = -SUSPENSION_LOOK_SECONDS  # an idle worker looks after each moment
+                self.check_for_suspension(burst=False)  # (waits while suspended)
         finally:
             if result is None:
                 self._free.release()
@@ -173,8 +176,9 @@ class PoolWorker(SimpleWorker):
 
     def check_for_suspension(self, burst: bool) -> None:
         """RQ looks whether `rq suspend` holds the workers before taking every job, a round trip with a
-        heartbeat each time (a tenth of RQ's share of a move); a pool looks once a second, and a
-        suspension still stops it from taking jobs within that second."""
+        heartbeat each time (a tenth of RQ's share of a move); a pool looks at most once a second, and
+        listens a second at a time (dequeue_job_and_maintain_ttl), so a suspension stops it from
+        taking jobs within two seconds, busy or idle."""
         if time.monotonic() - self._suspension_looked < SUSPENSION_LOOK_SECONDS:
             return
         super().check_for_suspension(burst)
