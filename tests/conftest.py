@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BILLING = "demo.billing:TOOLS"  # EXTRA_TOOLS of the billing demo; a test adding tools keeps it first
 # Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
 RUNTIME_TABLES = [
+    "webhook_deliveries",
+    "webhook_subscriptions",
     "notification_deliveries",
     "notification_channels",
     "mcp_tools",

@@ -25,6 +25,7 @@ def create_app(config: Config | None = None) -> Flask:
     from webapp import audit_chain, logs
     from webapp.config import Config, ConfigError
     from webapp.database import engine_options, prepare_engine
+    from webapp.runtime import webhook_trigger
     from webapp.runtime.extensions import db, migrate
     from webapp.runtime.queue import Dispatcher
     from webapp.runtime.services import Services
@@ -58,6 +59,7 @@ def create_app(config: Config | None = None) -> Flask:
     request_logs.init_app(app)
     security.init_app(app, config)
     audit_chain.install()
+    webhook_trigger.install()
     with app.app_context():
         prepare_engine(db.engine)
 

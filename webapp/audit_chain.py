@@ -40,6 +40,9 @@ HASHED_FIELDS = (
 )
 _CONTENT = tuple(name for name in HASHED_FIELDS if name not in ("seq", "prev_hash"))
 _QUEUE = "audit.queue"  # key in session.info
+# key in session.info: (tenant_id, action) of each event the commit under way wrote, for listeners
+# of after_commit (the webhooks' trigger, webapp/runtime/webhook_trigger.py); dropped on rollback
+WRITTEN = "audit.written"
 _EVENTS = AuditEvent.__table__
 _HEADS = AuditHead.__table__
 _UPSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
@@ -141,6 +144,7 @@ def _write_queued(session: Session) -> None:
         connection = session.connection(bind_arguments={"mapper": AuditEvent})  # Core statements: no ORM layer
         connection.execute(_INSERT_EVENTS, rows[0] if len(rows) == 1 else rows)  # (one row: no executemany)
         connection.execute(_MOVE_HEAD, {"head_chain": chain, "head_seq": seq, "head_hash": prev_hash})
+    session.info.setdefault(WRITTEN, []).extend((queued["tenant_id"], queued["action"]) for queued in queue)
     # Cleared only once written: a commit that failed above and is retried must not lose its events.
     queue.clear()
 
@@ -168,8 +172,10 @@ def _drop_rolled_back(session: Session, previous_transaction: SessionTransaction
 def _drop_unwritten(session: Session, transaction: SessionTransaction) -> None:
     # The outermost transaction ended: after a commit the queue is already empty; after a rollback
     # or close() its events belong to a change that never happened.
-    if transaction.parent is None and session.info.get(_QUEUE):
-        session.info[_QUEUE].clear()
+    if transaction.parent is None:
+        if session.info.get(_QUEUE):
+            session.info[_QUEUE].clear()
+        session.info.pop(WRITTEN, None)  # after_commit's listeners have read it (it runs before this)
 
 
 def _within(savepoint: SessionTransaction | None, outer: SessionTransaction) -> bool:

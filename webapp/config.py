@@ -355,6 +355,14 @@ class Config(_LogSettings):
         description="comma-separated seconds (whole, 0 or more)",
         examples=["10,60,300,900"],
     )
+    # event webhooks (webapp/webhooks.py): the seconds before each retry of a delivery not yet
+    # delivered (about a day in all by default), then it is marked failed
+    webhook_retry_intervals: Seconds = Field(
+        (5, 30, 120, 600, 1800, 3600, 7200, 14400, 28800, 28800),
+        validation_alias="WEBHOOK_RETRY_INTERVALS",
+        description="comma-separated seconds (whole, 0 or more)",
+        examples=["5,30,120,600"],
+    )
     # the SMTP server e-mail channels send through; without SMTP_HOST no e-mail is sent
     smtp_host: str | None = _text("SMTP_HOST")
     smtp_port: int = _whole_number("SMTP_PORT", 587, minimum=1)

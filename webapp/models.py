@@ -617,6 +617,50 @@ class NotificationDelivery(Base):
     )
 
 
+class WebhookSubscription(Base):
+    """A tenant's event webhook (webapp/webhooks.py): where the events it names are sent, signed with
+    its own secret (kept sealed) as Standard Webhooks say. `through_seq`: the tenant's audit chain up to
+    which events have been turned into its deliveries (the chain's seq is in commit order, gap-free)."""
+
+    __tablename__ = "webhook_subscriptions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    events: Mapped[list] = mapped_column(JSONType)  # event types, e.g. ["approval.requested"]
+    secret_sealed: Mapped[str] = mapped_column(Text)
+    through_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # no more deliveries; its log stays
+
+
+class WebhookDelivery(Base):
+    """One event for one subscription: the body as sent (the same at every attempt and redelivery),
+    where it stands, and its last attempt. Events of one conversation go out in order."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    subscription_id: Mapped[int] = mapped_column(ForeignKey("webhook_subscriptions.id"))
+    event_id: Mapped[str] = mapped_column(String(40))  # the webhook-id header: "evt_<audit event id>"
+    event_type: Mapped[str] = mapped_column(String(64))
+    conversation_id: Mapped[int | None] = mapped_column(Integer)  # the order key (None: the tenant's own)
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | delivered | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # pending: not before then
+    http_status: Mapped[int | None] = mapped_column(Integer)  # of the last attempt
+    error: Mapped[str | None] = mapped_column(Text)  # the last attempt's failure, in words
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("subscription_id", "event_id", name="uq_webhook_deliveries_event"),
+        Index("ix_webhook_deliveries_pending", "subscription_id", "status", "id"),
+    )
+
+
 class AuditEvent(Base):
     """One append-only audit record, hash-chained to the previous record of its chain (its tenant,
     or "global" for events outside any tenant such as a sign-in with an unknown email)."""

@@ -100,11 +100,13 @@ def test_the_demo_flow_leaves_every_step_in_the_log_in_order(app, api, model, fr
         ("approval_requested", "issue_refund", "awaiting_approval"),
         ("tool_call_requested", "send_email", "awaiting_approval"),
         ("approval_requested", "send_email", "awaiting_approval"),
+        ("conversation_waiting", None, "awaiting_approval"),
         ("approval_decided", "issue_refund", "approved"),
         ("approval_decided", "send_email", "approved"),
         ("tool_call_executed", "issue_refund", "succeeded"),
         ("tool_call_executed", "send_email", "succeeded"),
         ("model_call", None, "end_turn"),
+        ("conversation_completed", None, "completed"),
     ]
     people = {e["action"]: e["actor_label"] for e in events}
     assert people["conversation_started"] == "agent@acme.test"

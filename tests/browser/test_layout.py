@@ -112,7 +112,7 @@ def test_every_main_page_fits_a_phone(phone, workers, console):
 
     auditor = phone("auditor@acme.test")
     fits(auditor, "/")
-    expect(auditor.locator("#home-auditor")).to_contain_text("approval_requested")
+    expect(auditor.locator("#home-auditor")).to_contain_text("approval_viewed")  # the reviewer above
     fits(auditor, "/audit")
     expect(auditor.locator(".audit-event").first).to_be_visible()
     expect(auditor.get_by_label("Person")).not_to_be_visible()  # the filters are folded away

@@ -23,6 +23,7 @@ from aiosmtpd.controller import Controller
 from rq import SimpleWorker
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook, WebhookVerificationError
 
 from tests.accounts.people import last_event
 from tests.approvals.test_inbox import refund, waiting_calls
@@ -57,12 +58,19 @@ class Receiver:
                 expected = hmac.new(
                     receiver.secret.encode(), b"v1:" + timestamp.encode() + b":" + body, hashlib.sha256
                 ).hexdigest()
+                try:  # and as Standard Webhooks say, checked by their library
+                    Webhook(receiver.secret).verify(body, dict(self.headers.items()))
+                    standard = True
+                except (WebhookVerificationError, EmptyWebhookSecretError):  # (a receiver given no secret)
+                    standard = False
                 receiver.requests.append(
                     {
                         "json": json.loads(body),
                         "kind": self.headers.get("X-Desk-Kind"),
+                        "id": self.headers.get("webhook-id"),
                         "signed": hmac.compare_digest(self.headers.get("X-Desk-Signature", ""), f"v1={expected}")
-                        and abs(time.time() - int(timestamp)) < 300,
+                        and abs(time.time() - int(timestamp)) < 300
+                        and standard,
                     }
                 )
                 failing = len(receiver.requests) <= receiver.fail_first
@@ -409,6 +417,7 @@ def test_a_failing_webhook_is_retried_with_backoff_every_attempt_logged_then_del
         (3, "delivered", 200, None),
     ]
     assert len(hook.requests) == 3 and all(request["signed"] for request in hook.requests)
+    assert {request["id"] for request in hook.requests} == {f"ntf_reminder_{call.id}"}  # one id, every attempt
     message = hook.requests[-1]["json"]
     assert message["text"].startswith("Reminder: “Issue a refund” has waited")
     assert message["blocks"][2]["elements"][0]["url"] == f"{PUBLIC_URL}/approvals/{call.id}"

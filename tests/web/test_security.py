@@ -47,6 +47,7 @@ EXPECTED = {
     "api.create_conversation": {"agent"},
     "api.post_message": {"agent"},
     "api.get_conversation": EVERYONE,
+    "api.list_conversations": EVERYONE,
     "api.cancel_conversation": STEERING,
     "api.retry_conversation": STEERING,
     "api.give_input": STEERING,
@@ -63,6 +64,11 @@ EXPECTED = {
     "api.set_policy": {"admin"},
     "api.list_policy_changes": {"admin"},
     "api.decide_policy_change": {"admin"},
+    "api.create_webhook": {"admin"},
+    "api.list_webhooks": {"admin"},
+    "api.delete_webhook": {"admin"},
+    "api.webhook_deliveries": {"admin"},
+    "api.redeliver_webhook": {"admin"},
     "tokens.of_user": {"admin"},
     "metrics.metrics": {"admin", "operator"},  # or Prometheus with the METRICS_TOKEN (tests/ops/test_metrics.py)
     "ops.index": {
@@ -151,6 +157,8 @@ def sample(app, api, model):
         "tool": "send_email",  # a policy (PUT with mode "always" changes nothing: it is already so)
         "change_id": 2**31 - 1,  # a policy change: 404 for admins, refused for the rest
         "tenant": "acme",  # an MCP server of a tenant on the operators' page
+        "webhook_id": 2**31 - 1,  # a webhook: 404 for admins, refused for the rest
+        "delivery_id": 2**31 - 1,
     }
     db.session.remove()
     return values
@@ -184,6 +192,7 @@ API_BODIES = {
     "api.give_input": {"input": "123456"},
     "api.set_policy": {"mode": "always"},
     "api.decide_policy_change": {"decision": "reject", "reason": "no"},
+    "api.create_webhook": {"url": "https://example.com/hooks", "events": ["approval.requested"]},
 }
 
 
@@ -235,8 +244,10 @@ def test_another_tenant_sees_nothing_of_acme(app, api, sample):
     assert globex.get(f"/conversations/{conversation_id}").status_code == 404
     assert "refund please" not in globex.get("/conversations").get_data(as_text=True)
     assert api.as_("agent@globex.test").get(f"/api/conversations/{conversation_id}").status_code == 404
+    listed = api.as_("reviewer@globex.test").get("/api/conversations").json["conversations"]
+    assert conversation_id not in [row["id"] for row in listed]
     reviewer = api.as_("reviewer@globex.test")
-    assert reviewer.get("/api/approvals").json == {"approvals": []}
+    assert reviewer.get("/api/approvals").json == {"approvals": [], "next_cursor": None}
     assert reviewer.get(f"/api/approvals/{sample['tool_call_id']}").status_code == 404
     decided = reviewer.post(f"/api/approvals/{sample['tool_call_id']}", json={"decision": "approve"})
     assert decided.status_code == 404

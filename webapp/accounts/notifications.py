@@ -1,19 +1,24 @@
 """The notifications admin page: where the tenant is told that calls wait (a webhook, signed with a
 secret the desk makes and shows once; e-mail to a list of addresses), a test message per channel, and
-the log of recent deliveries with the reason of each failure. Every change is audited."""
+the log of recent deliveries with the reason of each failure; and the tenant's event webhooks
+(webapp/webhooks.py): subscribe, remove, and each one's delivery log with "Send again". Every change is
+audited."""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, flash, redirect, render_template, url_for
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from flask_wtf import FlaskForm
-from wtforms import StringField, TextAreaField
+from wtforms import SelectMultipleField, StringField, TextAreaField
+from wtforms.widgets import CheckboxInput, ListWidget
 
-from webapp import notify
-from webapp.accounts import actions
+from webapp import notify, webhooks
+from webapp.accounts import actions, webhook_actions
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.presenting import plural
+from webapp.web.errors import Refused
+from webapp.web.pagination import BadCursor
 from webapp.web.security import roles_required
 
 bp = Blueprint("notifications", __name__, url_prefix="/admin/notifications")
@@ -25,6 +30,17 @@ class WebhookForm(FlaskForm):
 
 class EmailForm(FlaskForm):
     recipients = TextAreaField("E-mail addresses")
+
+
+class SubscriptionForm(FlaskForm):
+    url = StringField("Address")
+    events = SelectMultipleField(
+        "Events",
+        choices=list(webhooks.EVENT_TYPES),
+        widget=ListWidget(prefix_label=False),
+        option_widget=CheckboxInput(),
+        validate_choice=False,  # webhooks.subscribe names an unknown one
+    )
 
 
 @bp.get("")
@@ -99,7 +115,67 @@ def remove(kind: str):
     return redirect(url_for(".index"), code=303)
 
 
-def _page(webhook: WebhookForm | None = None, email: EmailForm | None = None, new_secret: str | None = None) -> str:
+@bp.post("/webhooks")
+@roles_required("admin")
+def subscribe():
+    form = SubscriptionForm()
+    if not form.validate_on_submit():
+        return _page(subscription=form), 422
+    try:
+        subscription, secret = webhook_actions.subscribe(db.session, _admin(), form.url.data or "", form.events.data)
+    except Refused as refused:
+        form.url.errors = [refused.message]
+        return _page(subscription=form), 422
+    return _page(new_subscription=(subscription, secret)), 201
+
+
+@bp.post("/webhooks/<int:webhook_id>/remove")
+@roles_required("admin")
+def unsubscribe(webhook_id: int):
+    if not FlaskForm().validate_on_submit():
+        abort(400)
+    subscription = _or_404(lambda: webhook_actions.remove(db.session, _admin(), webhook_id))
+    flash(f"Removed: no more events go to {subscription.url}; its delivery log stays.", "info")
+    return redirect(url_for(".index"), code=303)
+
+
+@bp.get("/webhooks/<int:webhook_id>")
+@roles_required("admin")
+def webhook_log(webhook_id: int):
+    subscription = _or_404(lambda: webhook_actions.find(db.session, _admin(), webhook_id))
+    try:
+        page = webhook_actions.deliveries(db.session, _admin(), webhook_id, request.args.get("cursor"), 50)
+    except BadCursor:
+        return redirect(url_for(".webhook_log", webhook_id=webhook_id), code=303)
+    return render_template(
+        "accounts/webhook_log.html", subscription=subscription, deliveries=page.rows, next_cursor=page.next_cursor
+    )
+
+
+@bp.post("/webhooks/<int:webhook_id>/deliveries/<int:delivery_id>/redeliver")
+@roles_required("admin")
+def redeliver(webhook_id: int, delivery_id: int):
+    if not FlaskForm().validate_on_submit():
+        abort(400)
+    delivery = _or_404(lambda: webhook_actions.redeliver(db.session, _admin(), webhook_id, delivery_id))
+    flash(f"{delivery.event_type} ({delivery.event_id}) is being sent again, under the same id.", "info")
+    return redirect(url_for(".webhook_log", webhook_id=webhook_id), code=303)
+
+
+def _or_404(act):
+    try:
+        return act()
+    except Refused as refused:
+        abort(refused.status, refused.message)
+
+
+def _page(
+    webhook: WebhookForm | None = None,
+    email: EmailForm | None = None,
+    new_secret: str | None = None,
+    subscription: SubscriptionForm | None = None,
+    new_subscription: tuple | None = None,
+) -> str:
     channels = notify.channels(db.session, _admin().tenant_id)
     if webhook is None:
         webhook = WebhookForm(formdata=None, url=channels["webhook"].url if "webhook" in channels else "")
@@ -119,6 +195,10 @@ def _page(webhook: WebhookForm | None = None, email: EmailForm | None = None, ne
         failures=plural(failures, "failure"),
         smtp_ready=bool(config.smtp_host),
         admins=notify.admin_addresses(db.session, _admin().tenant_id),
+        subscription=subscription or SubscriptionForm(formdata=None),
+        subscriptions=webhooks.subscriptions(db.session, _admin().tenant_id),
+        new_subscription=new_subscription,
+        event_types=webhooks.EVENT_TYPES,
     )
 
 

@@ -236,8 +236,9 @@ class Loop(OnWorkspace):
             )
         elif move.kind == "wait":
             c.status = move.waiting_on
+            self.workspace.audit("conversation_waiting", outcome=c.status)  # (rolled back if it does not park)
         elif move.kind == "done":
-            c.status = ConversationStatus.COMPLETED
+            self._completed(None)
         elif move.kind == "settle":
             self.calls.settle_round_if_complete()
             c.status = ConversationStatus.QUEUED
@@ -260,10 +261,14 @@ class Loop(OnWorkspace):
             if reply.stop_reason == "cancelled":
                 self.calls.honour_cancel()
             elif reply.stop_reason not in GOES_ON:
-                c.status = ConversationStatus.COMPLETED
+                self._completed(reply.stop_reason)
             else:  # tool_use runs tools next; pause_turn generates again
                 c.status = ConversationStatus.QUEUED
         c.updated_at = utcnow()
+
+    def _completed(self, stop_reason: str | None) -> None:
+        self.conversation.status = ConversationStatus.COMPLETED
+        self.workspace.audit("conversation_completed", outcome="completed", data={"stop_reason": stop_reason})
 
     def complete(self, max_moves: int = 1000) -> ConversationStatus:
         """step() until complete, paused, cancelled or out of budget, committing after each move."""

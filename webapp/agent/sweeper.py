@@ -12,6 +12,7 @@ from datetime import timedelta
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
+from webapp import audit_chain
 from webapp.agent.states import MOVING, CallStatus, ConversationStatus
 from webapp.models import Conversation, ToolCall, utcnow
 
@@ -111,8 +112,12 @@ def stranded(session: Session, grace_seconds: float, limit: int = 500) -> list[C
 NOTICE_DUE = {"reminder": (ToolCall.remind_at, "reminded_at"), "escalation": (ToolCall.escalate_at, "escalated_at")}
 
 
+NOTICE_ACTIONS = {"reminder": "approval_reminded", "escalation": "approval_escalated"}
+
+
 def due_notices(session: Session, kind: str, limit: int = 500) -> list[tuple[int, int]]:
-    """Mark the waiting calls whose reminder (or escalation) is due as sent, and return them as
+    """Mark the waiting calls whose reminder (or escalation) is due as sent, audit each (what the
+    tenant's event webhooks send as approval.reminder or approval.escalated), and return them as
     (call id, tenant id). One guarded UPDATE: a call is returned to exactly one sweep, however many run
     at once (a second finds its column already NULL; PostgreSQL re-checks the condition on the row
     another sweep just updated)."""
@@ -124,7 +129,19 @@ def due_notices(session: Session, kind: str, limit: int = 500) -> list[tuple[int
         update(ToolCall)
         .where(ToolCall.id.in_(batch), *waiting)
         .values({due_at.key: None, sent_at: now})
-        .returning(ToolCall.id, ToolCall.tenant_id)
+        .returning(ToolCall.id, ToolCall.tenant_id, ToolCall.conversation_id, ToolCall.name, ToolCall.expires_at)
         .execution_options(synchronize_session=False)
     ).all()
-    return [(call_id, tenant_id) for call_id, tenant_id in rows]
+    for call_id, tenant_id, conversation_id, name, expires_at in sorted(rows):
+        audit_chain.record(
+            session,
+            NOTICE_ACTIONS[kind],
+            tenant_id=tenant_id,
+            actor_label="approval desk",
+            conversation_id=conversation_id,
+            tool_call_id=call_id,
+            tool_name=name,
+            outcome=CallStatus.AWAITING_APPROVAL,
+            data={"expires_at": expires_at.isoformat() if expires_at else None},
+        )
+    return [(call_id, tenant_id) for call_id, tenant_id, *_ in rows]

@@ -20,8 +20,9 @@ from flask import Flask
 from pydantic import BaseModel
 from werkzeug.routing import IntegerConverter, Rule
 
-from webapp.api.schemas import MAX_ID, ErrorBody, QueryParameters, RequestBody
+from webapp.api.schemas import EVENT_MODELS, MAX_ID, ErrorBody, QueryParameters, RequestBody
 from webapp.models import ROLES
+from webapp.webhooks import EVENT_TYPES
 
 TITLE = "Approval desk API"
 VERSION = "1"
@@ -125,6 +126,28 @@ def build(app: Flask) -> dict[str, Any]:
             ),
         },
         "paths": paths,
+        "webhooks": {
+            event_type: {
+                "post": {
+                    "operationId": event_type.replace(".", "_"),
+                    "summary": EVENT_TYPES[event_type],
+                    "description": (
+                        "Sent to each webhook subscribed to it (POST /api/webhooks), signed as the Standard "
+                        "Webhooks specification says: headers webhook-id (the same at every attempt), "
+                        "webhook-timestamp and webhook-signature (v1,<base64>); verify with the "
+                        "`standardwebhooks` library and the webhook's whsec_ secret. Retried until a 2xx, "
+                        "for about a day; a conversation's events arrive in order."
+                    ),
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": components.ref(model, "serialization")}},
+                    },
+                    "responses": {"2XX": {"description": "Received."}},
+                    "security": [],
+                }
+            }
+            for event_type, model in EVENT_MODELS.items()
+        },
         "components": {
             "schemas": dict(sorted(components.schemas.items())),
             "securitySchemes": {

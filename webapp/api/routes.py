@@ -10,8 +10,9 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from werkzeug.exceptions import HTTPException
 
+from webapp import webhooks
 from webapp.accounts import actions as accounts
-from webapp.accounts import policy_actions
+from webapp.accounts import policy_actions, webhook_actions
 from webapp.agent import policies as policy_rules
 from webapp.agent.decisions import held_words
 from webapp.agent.states import CallStatus
@@ -31,8 +32,10 @@ from webapp.api.schemas import (
     ConversationState,
     ConversationSummary,
     ConversationView,
+    CreateWebhook,
     DecideApproval,
     DecidePolicyChange,
+    DeliveriesQuery,
     ExtendBudget,
     FieldProblem,
     GiveInput,
@@ -54,6 +57,11 @@ from webapp.api.schemas import (
     TokenView,
     ToolCallView,
     Usage,
+    WebhookCreated,
+    WebhookDeliveryList,
+    WebhookDeliveryView,
+    WebhookList,
+    WebhookView,
     body,
     known_names,
     query,
@@ -62,7 +70,7 @@ from webapp.approvals import actions as approvals
 from webapp.audit import queries as audit_queries
 from webapp.conversations import actions as conversations
 from webapp.identity import token_state
-from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
+from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.errors import Refused, json_error
@@ -458,6 +466,65 @@ def revoke_token(token_id: int):
     return answer(TokenView.of(row, token_state(row)))
 
 
+# --- event webhooks -------------------------------------------------------------------------------
+
+
+@bp.post("/webhooks")
+@documented(
+    "Subscribe a webhook to events",
+    body=CreateWebhook,
+    responses={201: WebhookCreated},
+    errors={422: "invalid_webhook: an address the desk may not call, or too many webhooks; in words."},
+)
+@api_roles("admin")
+def create_webhook():
+    """Send the tenant's events of the given types to `url` from now on, signed as Standard Webhooks
+    say; the answer holds the signing secret, shown this once."""
+    sent = body(CreateWebhook)
+    subscription, secret = webhook_actions.subscribe(db.session, g.user, sent.url, sent.events)
+    return answer(WebhookCreated(**WebhookView.of(subscription, g.user.email).model_dump(), secret=secret), 201)
+
+
+@bp.get("/webhooks")
+@documented("List the webhooks", responses={200: WebhookList})
+@api_roles("admin")
+def list_webhooks():
+    rows = webhooks.subscriptions(db.session, g.user.tenant_id)
+    emails = people_emails(row.created_by_id for row in rows)
+    return answer(WebhookList(webhooks=[WebhookView.of(row, emails.get(row.created_by_id)) for row in rows]))
+
+
+@bp.delete("/webhooks/<int:webhook_id>")
+@documented("Remove a webhook", responses={200: WebhookView})
+@api_roles("admin")
+def delete_webhook(webhook_id: int):
+    """No more events go to it; its delivery log stays."""
+    subscription = webhook_actions.remove(db.session, g.user, webhook_id)
+    return answer(
+        WebhookView.of(subscription, people_emails([subscription.created_by_id]).get(subscription.created_by_id))
+    )
+
+
+@bp.get("/webhooks/<int:webhook_id>/deliveries")
+@documented("Read a webhook's deliveries", query=DeliveriesQuery, responses={200: WebhookDeliveryList})
+@api_roles("admin")
+def webhook_deliveries(webhook_id: int):
+    asked = query(DeliveriesQuery)
+    page = a_page(lambda: webhook_actions.deliveries(db.session, g.user, webhook_id, asked.cursor, asked.limit or 50))
+    return answer(
+        WebhookDeliveryList(deliveries=[WebhookDeliveryView.of(row) for row in page.rows], next_cursor=page.next_cursor)
+    )
+
+
+@bp.post("/webhooks/<int:webhook_id>/deliveries/<int:delivery_id>/redeliver")
+@documented("Send a delivery again", responses={202: WebhookDeliveryView})
+@api_roles("admin")
+def redeliver_webhook(webhook_id: int, delivery_id: int):
+    """The same body under the same webhook-id, at once, then retried as a new delivery would be."""
+    delivery = webhook_actions.redeliver(db.session, g.user, webhook_id, delivery_id)
+    return answer(WebhookDeliveryView.of(delivery), 202)
+
+
 # --- this API's own description -------------------------------------------------------------------
 
 
@@ -470,6 +537,13 @@ def openapi_document():
 
 
 # --- shapes -------------------------------------------------------------------------------------
+
+
+def people_emails(ids) -> dict[int, str]:
+    wanted = {person for person in ids if person is not None}
+    if not wanted:
+        return {}
+    return dict(db.session.execute(select(User.id, User.email).where(User.id.in_(wanted))).all())
 
 
 def a_page(read: Callable[[], Page]) -> Page:

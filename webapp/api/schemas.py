@@ -26,6 +26,7 @@ from pydantic import (
     PlainSerializer,
     ValidationError,
     WithJsonSchema,
+    create_model,
 )
 
 from webapp.agent.decisions import arguments_hash
@@ -33,10 +34,11 @@ from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS, holder
 from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
-from webapp.models import MAX_ROW_ID, ApiToken, Conversation, ToolCall
+from webapp.models import MAX_ROW_ID, ApiToken, Conversation, ToolCall, WebhookDelivery, WebhookSubscription
 from webapp.tools.registry import Review
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
+from webapp.webhooks import EVENT_TYPES
 
 # --- requests ---------------------------------------------------------------------------------------
 
@@ -258,6 +260,21 @@ class DecidePolicyChange(RequestBody):
     ] = None
 
 
+class CreateWebhook(RequestBody):
+    """Send the tenant's events of these types to this address, signed as Standard Webhooks say (admins)."""
+
+    url: Annotated[
+        str,
+        Field(min_length=1, max_length=2000, pattern=NO_NUL, description="An https:// address the desk may call."),
+        Rule("must be the receiver's address, like https://example.com/hooks/desk"),
+    ]
+    events: Annotated[
+        list[Literal[tuple(EVENT_TYPES)]],  # type: ignore[valid-type]
+        Field(min_length=1, max_length=len(EVENT_TYPES), description="The event types to send."),
+        Rule("must be a list of event types: " + ", ".join(EVENT_TYPES)),
+    ]
+
+
 # --- query parameters -------------------------------------------------------------------------------
 
 MAX_ID = 2**63 - 1  # ids are 64-bit; a larger number names nothing (404 in a path, 422 in a query)
@@ -390,6 +407,13 @@ Cursor = Annotated[
     Field(max_length=400, description="The next_cursor of an earlier answer, unchanged; left out: the first page."),
     Rule("must be the next_cursor of an earlier answer"),
 ]
+
+
+class DeliveriesQuery(QueryParameters):
+    """A page of a webhook's deliveries, newest first."""
+
+    cursor: Cursor = None
+    limit: _page_limit("Deliveries", 50) = None
 
 
 class ConversationsQuery(QueryParameters):
@@ -1012,3 +1036,159 @@ class AuditPage(BaseModel):
 
     events: list[AuditEventView]
     next_cursor: str | None = Field(description="Send it as `cursor` for the next page; null on the last page.")
+
+
+class WebhookView(BaseModel):
+    """An event webhook of the tenant: where its events go (never its secret, which is shown once)."""
+
+    id: int
+    url: str
+    events: list[str]
+    created_by: str | None = Field(description="The email of the admin who made it.")
+    created_at: Timestamp
+    deleted_at: Timestamp | None = Field(description="When it was removed; null while it is in force.")
+
+    @classmethod
+    def of(cls, subscription: WebhookSubscription, created_by: str | None) -> WebhookView:
+        return cls(
+            id=subscription.id,
+            url=subscription.url,
+            events=list(subscription.events),
+            created_by=created_by,
+            created_at=subscription.created_at,
+            deleted_at=subscription.deleted_at,
+        )
+
+
+class WebhookCreated(WebhookView):
+    """A new event webhook, with its signing secret: shown this once, kept sealed. Give the whole
+    string, `whsec_` included, to the `standardwebhooks` library's Webhook(secret)."""
+
+    secret: str = Field(description="The signing secret, whsec_ and base64.")
+
+
+class WebhookList(BaseModel):
+    webhooks: list[WebhookView]
+
+
+class WebhookDeliveryView(BaseModel):
+    """One event's delivery to a webhook: where it stands and its last attempt."""
+
+    id: int
+    event_id: str = Field(description="The webhook-id header it is sent with (the same at every attempt).")
+    event_type: str
+    conversation_id: int | None
+    status: Literal["pending", "delivered", "failed"] = Field(
+        description="pending: not delivered yet (retried with backoff for a day); failed: given up."
+    )
+    attempts: int
+    http_status: int | None = Field(description="What the receiver answered at the last attempt.")
+    error: str | None = Field(description="Why the last attempt failed, in words.")
+    next_attempt_at: Timestamp | None
+    created_at: Timestamp
+    delivered_at: Timestamp | None
+
+    @classmethod
+    def of(cls, delivery: WebhookDelivery) -> WebhookDeliveryView:
+        return cls(
+            id=delivery.id,
+            event_id=delivery.event_id,
+            event_type=delivery.event_type,
+            conversation_id=delivery.conversation_id,
+            status=delivery.status,
+            attempts=delivery.attempts,
+            http_status=delivery.http_status,
+            error=delivery.error,
+            next_attempt_at=delivery.next_attempt_at,
+            created_at=delivery.created_at,
+            delivered_at=delivery.delivered_at,
+        )
+
+
+class WebhookDeliveryList(BaseModel):
+    """A page of a webhook's deliveries, newest first."""
+
+    deliveries: list[WebhookDeliveryView]
+    next_cursor: str | None = Field(description="Send it as `cursor` for the next page; null on the last page.")
+
+
+# --- event webhooks' bodies (the document's `webhooks`; webapp/webhooks.py builds them) ----------------
+
+
+class _EventData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _CallEventData(_EventData):
+    call_id: int
+    conversation_id: int
+    tool: str = Field(description="The tool's name.")
+
+
+class ApprovalRequestedData(_CallEventData):
+    input: dict[str, Any] = Field(description="The arguments the model asked for.")
+    arguments_hash: str = Field(description="Send it with a decision (POST /api/approvals/{id}).")
+
+
+class ApprovalDecidedData(_CallEventData):
+    decision: Literal["approve", "reject", "expired"]
+    decided_by: str | None = Field(description="The reviewer's email; null when it expired.")
+    reason: str | None
+    input: dict[str, Any] = Field(description="The arguments the call runs with: the reviewer's edit, if any.")
+    edited: bool = Field(description="The reviewer changed the arguments.")
+    status: CallStatus = Field(description="The call's state after it: awaiting_approval while more must approve.")
+    approvals: int | None = Field(description="Approvals so far.")
+    approvals_required: int | None
+
+
+class ApprovalNoticeData(_CallEventData):
+    expires_at: str | None = Field(description="When the call expires undecided (RFC 3339), if it does.")
+
+
+class ConversationEventData(_EventData):
+    conversation_id: int
+
+
+class ConversationCompletedData(ConversationEventData):
+    stop_reason: str | None = Field(description="The last model call's stop reason.")
+
+
+class ConversationFailedData(ConversationEventData):
+    error: ConversationError
+
+
+class TaskFinishedData(_CallEventData):
+    status: CallStatus = Field(description="The call's state once its task ended.")
+
+
+class PolicyChangedData(_EventData):
+    tool: str
+    policy: dict[str, Any] = Field(description="The policy in force now, as GET /api/policies shows its fields.")
+    changed_by: str | None = Field(description="Who put it in force (the second admin of a loosening).")
+    change_id: int | None = Field(description="The policy change it came from, when it waited for a second admin.")
+
+
+def _event(event_type: str, data: type[BaseModel]) -> type[BaseModel]:
+    name = "".join(part.title() for part in re.split(r"[._]", event_type)) + "Event"
+    fields: dict[str, Any] = {
+        "type": (Literal[event_type], ...),
+        "timestamp": (Timestamp, Field(description="When it happened (the audit event's time).")),
+        "data": (data, ...),
+    }
+    return create_model(name, __doc__=EVENT_TYPES[event_type], __config__=ConfigDict(extra="forbid"), **fields)
+
+
+EVENT_MODELS: dict[str, type[BaseModel]] = {
+    event_type: _event(event_type, data)
+    for event_type, data in (
+        ("approval.requested", ApprovalRequestedData),
+        ("approval.decided", ApprovalDecidedData),
+        ("approval.reminder", ApprovalNoticeData),
+        ("approval.escalated", ApprovalNoticeData),
+        ("conversation.awaiting_approval", ConversationEventData),
+        ("conversation.completed", ConversationCompletedData),
+        ("conversation.failed", ConversationFailedData),
+        ("task.finished", TaskFinishedData),
+        ("policy.changed", PolicyChangedData),
+    )
+}

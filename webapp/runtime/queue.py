@@ -27,6 +27,7 @@ MOVE_JOB = "jobs.moves.advance_conversation"
 SWEEP_JOB = "jobs.moves.sweep"
 WAKE_JOB = "jobs.moves.wake_for_tasks"
 NOTICE_JOB = "jobs.notify.deliver"
+WEBHOOKS_JOB = "jobs.webhooks.deliver"
 MCP_CHECK_JOB = "jobs.mcp.check_servers"
 TOOL_WORK_JOB = "jobs.tools.run"  # a tool's background work (Dispatcher.start_work)
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
@@ -66,6 +67,14 @@ def _task_key(tool_call_id: int) -> str:
     """Where a background job's last progress is kept, so a page drawn between two of the loop's looks
     at the task shows the progress its live events already showed."""
     return f"desk:task:{tool_call_id}"
+
+
+WEBHOOKS_FLAG_SECONDS = 60  # a queued webhooks job whose flag outlives this is not waited for
+
+
+def _webhooks_key(subscription_id: int) -> str:
+    """Set while a job sending the subscription's deliveries is queued and not yet started."""
+    return f"desk:webhooks-queued:{subscription_id}"
 
 
 class Dispatcher:
@@ -187,6 +196,40 @@ class Dispatcher:
             log.warning("could not enqueue the %s of tool call %s: %s", kind, tool_call_id, exc)
             return False
         return True
+
+    def enqueue_webhooks(self, subscription_id: int, at: datetime | None = None) -> bool:
+        """Enqueue the job that sends a webhook subscription's deliveries (webapp/webhooks.py): now,
+        unless one is queued and not yet started (a flag in Redis, which the job clears as it starts,
+        so an event committed after it started gets a job of its own); or at `at`, a retry's time
+        (RQ's scheduler enqueues it then). False when Redis cannot take it: the next sweep does."""
+        try:
+            if at is None:
+                if not self.redis.set(_webhooks_key(subscription_id), 1, nx=True, ex=WEBHOOKS_FLAG_SECONDS):
+                    return False
+                self.queue.enqueue(WEBHOOKS_JOB, subscription_id, **self._webhook_job())
+            else:
+                self.queue.enqueue_at(
+                    at,
+                    WEBHOOKS_JOB,
+                    subscription_id,
+                    job_id=f"webhooks-{subscription_id}-at-{int(at.timestamp())}",
+                    **self._webhook_job(),
+                )
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not enqueue the deliveries of webhook %s: %s", subscription_id, exc)
+            return False
+        return True
+
+    def _webhook_job(self) -> dict:
+        return dict(
+            job_timeout=max(300, int(self.config.notify_timeout_seconds * 30)),
+            result_ttl=0,  # webhook_deliveries holds what happened
+            failure_ttl=7 * 24 * 3600,
+        )
+
+    def webhooks_started(self, subscription_id: int) -> None:
+        """The subscription's job starts: a commit from now on enqueues another."""
+        self.redis.delete(_webhooks_key(subscription_id))
 
     def waiting_move_ids(self) -> set[str]:
         """The ids of the jobs waiting on the move queues now: one read for a sweep, instead of a

@@ -17,6 +17,7 @@ from webapp.config import Config
 from webapp.llm.endpoints import choice_for
 from webapp.models import Conversation, Tenant
 from webapp.runtime.queue import Dispatcher
+from webapp.runtime.webhook_trigger import Subscribed
 from webapp.tools import mcp
 from webapp.tools.registry import ToolRegistry
 
@@ -36,6 +37,7 @@ class Services:
     config: Config
     dispatcher: Dispatcher
     tools: ToolRegistry  # the built-in tools; a tenant's conversations use tools_for(tenant)
+    subscribed: Subscribed = field(default_factory=Subscribed, repr=False)  # tenants with webhooks
     _tenant_tools: dict[int, TenantTools] = field(default_factory=dict, repr=False)
     _tenant_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from webapp import audit_chain, notify
+from webapp import audit_chain, notify, webhooks
 from webapp.agent import decisions, moves, sweeper
-from webapp.models import Conversation, McpServer, ToolCall
+from webapp.models import Conversation, McpServer, ToolCall, WebhookSubscription, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import QueueUnavailable, move_job_id
 from webapp.runtime.services import services
@@ -148,12 +148,15 @@ def sweep() -> int:
         ]
         # read in the transaction that marks the notices sent: after its commit only the enqueues remain
         channels = notify.channel_ids_by_tenant(db.session, {tenant for _, tenant, _ in notices})
+        webhooks_due = webhooks.with_work(db.session, utcnow())
         db.session.commit()
     finally:
         db.session.remove()
     for call_id, tenant_id, kind in notices:
         for channel_id in channels.get(tenant_id, ()):
             dispatcher.enqueue_notice(channel_id, call_id, kind)
+    for subscription_id in webhooks_due:
+        dispatcher.enqueue_webhooks(subscription_id)
     for cid, version, tenant_id in woken:
         dispatcher.enqueue_move(cid, version)
         dispatcher.changed(tenant_id, cid)
@@ -220,6 +223,42 @@ def deliver_notice(channel_id: int, tool_call_id: int, kind: str, job=None) -> s
     if not outcome.delivered and outcome.retry and job is not None and job.retries_left:
         raise notify.DeliveryFailed(outcome.error)
     return row.status
+
+
+def deliver_webhooks(subscription_id: int) -> str:
+    """Send a webhook subscription's deliveries: first turn the tenant's new events into deliveries
+    (the subscription's row locked), then send each that may go now, in order, with no transaction
+    open while the receiver answers; a retry due later gets a job at its time."""
+    desk = services()
+    desk.dispatcher.webhooks_started(subscription_id)
+    sent = failed = 0
+    due = None
+    try:
+        subscription = db.session.get(WebhookSubscription, subscription_id, with_for_update=True)
+        if subscription is None or subscription.deleted_at is not None:
+            return "no such webhook"
+        made = webhooks.collect(db.session, subscription)
+        db.session.commit()
+        while ready := webhooks.sendable(db.session, subscription_id, utcnow()):
+            for delivery in ready:
+                taken = webhooks.take(db.session, delivery, utcnow())
+                db.session.commit()  # the attempt counts before it is made
+                if not taken:  # another job has it
+                    continue
+                delivery.attempts += 1
+                attempt = webhooks.send(desk.config, subscription, delivery)
+                webhooks.settle(delivery, attempt, desk.config.webhook_retry_intervals, utcnow())
+                db.session.commit()
+                sent, failed = sent + attempt.delivered, failed + (not attempt.delivered)
+            if failed:  # what failed waits for its retry; the rest of this round went
+                break
+        due = webhooks.next_due(db.session, subscription_id)
+        db.session.commit()
+    finally:
+        db.session.remove()
+    if due is not None:
+        desk.dispatcher.enqueue_webhooks(subscription_id, at=due)
+    return f"{made} event(s) collected, {sent} delivered, {failed} attempt(s) failed"
 
 
 def wake_for_tasks(conversation_id: int) -> bool:
