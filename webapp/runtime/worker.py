@@ -199,6 +199,22 @@ class PoolWorker(SimpleWorker):
         if self._listening:
             raise StopRequested()
 
+    def unsubscribe(self) -> None:
+        """RQ's, in an order that cannot hang. RQ sends UNSUBSCRIBE, then stops the thread that reads
+        its command channel; from redis-py 8.2 that stop waits for the thread, which, had it read the
+        reply before it was told to stop, sleeps in a read of 60 s (a stopping worker outlived its
+        grace by that much). Told first, the thread ends at the reply."""
+        thread = self.pubsub_thread
+        if not thread:
+            return
+        try:
+            thread.stop(timeout=0)  # only clears its flag (redis-py 8.2 joins for up to `timeout`)
+        except TypeError:  # an older redis-py: stop() takes no timeout, and never waited
+            thread.stop()
+        self.pubsub.unsubscribe()
+        thread.join(timeout=1)
+        self.pubsub.close()
+
     def teardown(self) -> None:
         """Let the moves in flight finish (up to the stop grace), release the leases of those that
         did not, then deregister."""
