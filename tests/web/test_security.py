@@ -48,6 +48,7 @@ EXPECTED = {
     "api.post_message": {"agent"},
     "api.get_conversation": EVERYONE,
     "api.list_conversations": EVERYONE,
+    "api.conversation_events": EVERYONE,
     "api.cancel_conversation": STEERING,
     "api.retry_conversation": STEERING,
     "api.give_input": STEERING,

@@ -39,6 +39,7 @@ class Declared:
     body_required: bool = True
     query: type[QueryParameters] | None = None
     errors: Mapping[int, str] = field(default_factory=dict)
+    stream: str | None = None  # a 200 that is a stream of server-sent events: what it sends
 
 
 def documented(
@@ -49,12 +50,13 @@ def documented(
     body_required: bool = True,
     query: type[QueryParameters] | None = None,
     errors: Mapping[int, str] | None = None,
+    stream: str | None = None,
 ) -> Callable:
     """Record a route's request and response models on the view, which is returned unchanged. A response
     model of None is any JSON object. `errors` are the route's own refusals, by status, in words."""
 
     def decorate(view: Callable) -> Callable:
-        view.openapi = Declared(summary, dict(responses), body, body_required, query, dict(errors or {}))
+        view.openapi = Declared(summary, dict(responses), body, body_required, query, dict(errors or {}), stream)
         return view
 
     return decorate
@@ -125,6 +127,8 @@ def build(app: Flask) -> dict[str, Any]:
                 "error is `{error, message}` with a 4xx status."
             ),
         },
+        # where the desk is (PUBLIC_URL): generated clients and schema tools take their base address from it
+        "servers": [{"url": app.extensions["desk"].config.public_url, "description": "This desk."}],
         "paths": paths,
         "webhooks": {
             event_type: {
@@ -200,6 +204,11 @@ def _operation(rule: Rule, view: Callable, declared: Declared, components: _Comp
         responses[str(status)] = {
             "description": (model.__doc__ or "").strip().split("\n")[0] if model is not None else "A JSON object.",
             "content": {"application/json": {"schema": schema}},
+        }
+    if declared.stream is not None:
+        responses["200"] = {
+            "description": declared.stream,
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
         }
     for status, text in sorted(_errors(rule, roles, declared).items()):
         responses[str(status)] = {"description": text, "content": {"application/json": {"schema": error}}}

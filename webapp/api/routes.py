@@ -69,6 +69,7 @@ from webapp.api.schemas import (
 from webapp.approvals import actions as approvals
 from webapp.audit import queries as audit_queries
 from webapp.conversations import actions as conversations
+from webapp.conversations import event_stream
 from webapp.identity import token_state
 from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall, User
 from webapp.runtime.extensions import db
@@ -186,6 +187,32 @@ def get_conversation(conversation_id: int):
     return answer(conversation_view(conversation_or_404(conversation_id)))
 
 
+@bp.get("/conversations/<int:conversation_id>/events")
+@documented(
+    "Follow a conversation's events",
+    responses={},
+    stream=(
+        "Server-sent events: each of the conversation's events as the event webhooks send it (`id` its "
+        "webhook-id, `event` its type, `data` its JSON body: {type, timestamp, data}), then `text` events "
+        '({"text"}: the reply being written, no id). Resumable: send the last id seen as Last-Event-ID. '
+        "The stream ends after five minutes; reconnect with Last-Event-ID."
+    ),
+    errors={
+        403: OTHER_AGENTS,
+        422: "invalid_field: a Last-Event-ID this stream did not send.",
+        429: "too_many_streams: too many live streams open for you or this server.",
+        503: "unavailable: live events cannot be had now.",
+    },
+)
+@api_roles(*ROLES)
+def conversation_events(conversation_id: int):
+    """The conversation's events from the start (or after Last-Event-ID), then live."""
+    conversation = conversation_or_404(conversation_id)
+    after = event_stream.last_seen(request.headers.get("Last-Event-ID"))
+    token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+    return event_stream.stream(current_app._get_current_object(), conversation, g.user.id, token, after)
+
+
 @bp.post("/conversations/<int:conversation_id>/cancel")
 @documented(
     "Stop a conversation",
@@ -237,7 +264,10 @@ def list_approvals():
     """The tenant's waiting calls, oldest first, a page at a time: a call that waits is on one page."""
     asked = query(ApprovalsQuery)
     page = a_page(lambda: approvals.pending_page(db.session, g.user, asked.cursor, asked.limit or 200))
-    return answer(ApprovalList(approvals=[ToolCallView.of(call) for call in page.rows], next_cursor=page.next_cursor))
+    tools = tenant_tools()
+    return answer(
+        ApprovalList(approvals=[ToolCallView.of(call, tools) for call in page.rows], next_cursor=page.next_cursor)
+    )
 
 
 @bp.get("/approvals/<int:tool_call_id>")
@@ -248,7 +278,9 @@ def get_approval(tool_call_id: int):
     waiting = call.status == CallStatus.AWAITING_APPROVAL
     tool = services().tools_for(db.session, call.tenant_id).get(call.name) if waiting else None
     held = held_words(call.name) if tool is not None and tool.unavailable() else None
-    return answer(ApprovalView.of_call(call, approvals.review(db.session, call) if waiting else None, held))
+    return answer(
+        ApprovalView.of_call(call, tenant_tools(), approvals.review(db.session, call) if waiting else None, held)
+    )
 
 
 @bp.post("/approvals/<int:tool_call_id>")
@@ -274,7 +306,7 @@ def decide_approval(tool_call_id: int):
         arguments_seen=sent.arguments_hash,
         edited_input=sent.edited(),
     )
-    return answer(ToolCallView.of(call))
+    return answer(ToolCallView.of(call, tenant_tools()))
 
 
 @bp.post("/approvals/<int:tool_call_id>/claim")
@@ -290,7 +322,9 @@ def decide_approval(tool_call_id: int):
 @api_roles("reviewer")
 def claim_approval(tool_call_id: int):
     sent = body(ClaimApproval)
-    return answer(ToolCallView.of(approvals.claim(db.session, g.user, tool_call_id, take_over=sent.take_over)))
+    return answer(
+        ToolCallView.of(approvals.claim(db.session, g.user, tool_call_id, take_over=sent.take_over), tenant_tools())
+    )
 
 
 @bp.delete("/approvals/<int:tool_call_id>/claim")
@@ -301,7 +335,7 @@ def claim_approval(tool_call_id: int):
 )
 @api_roles("reviewer")
 def release_approval(tool_call_id: int):
-    return answer(ToolCallView.of(approvals.release(db.session, g.user, tool_call_id)))
+    return answer(ToolCallView.of(approvals.release(db.session, g.user, tool_call_id), tenant_tools()))
 
 
 # --- tasks --------------------------------------------------------------------------------------
@@ -321,7 +355,7 @@ def release_approval(tool_call_id: int):
 def give_input(tool_call_id: int):
     sent = body(GiveInput)
     call = conversations.give_input(db.session, g.user, tool_call_id, sent.input)
-    return answer(ToolCallView.of(call), 202)
+    return answer(ToolCallView.of(call, tenant_tools()), 202)
 
 
 # --- policies -------------------------------------------------------------------------------------
@@ -555,6 +589,11 @@ def a_page(read: Callable[[], Page]) -> Page:
         raise InvalidFields([problem], ["Send it unchanged, or leave it out for the first page."]) from None
 
 
+def tenant_tools():
+    """The tools of the caller's tenant (built-in and MCP): what a call's sentence is read from."""
+    return services().tools_for(db.session, g.user.tenant_id)
+
+
 def conversation_view(conversation: Conversation) -> ConversationView:
     rows = db.session.scalars(select(Message).where(Message.conversation_id == conversation.id).order_by(Message.seq))
     calls = db.session.scalars(
@@ -580,4 +619,5 @@ def conversation_view(conversation: Conversation) -> ConversationView:
             cache_creation_input_tokens=int(usage[3]),
             model_calls=int(usage[4]),
         ),
+        tenant_tools(),
     )
