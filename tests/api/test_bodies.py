@@ -51,6 +51,8 @@ CALL_KEYS = {
     "arguments_hash",
     "status",
     "requires_approval",
+    "output",  # added: the tool's own output, and the call in a sentence for people
+    "summary",
     "result",
     "is_error",
     "decided_by",
@@ -396,6 +398,8 @@ def test_a_tool_call_is_shown_exactly_as_before(api, model):
         "arguments_hash": arguments_hash(REFUND),
         "status": "rejected",
         "requires_approval": True,
+        "output": None,  # (added since: nothing ran)
+        "summary": "Rejected by Acme Corp reviewer: no. Nothing was done.",
         "result": call.result,
         "is_error": True,
         "decided_by": REVIEWER,

@@ -33,9 +33,10 @@ from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS, holder
 from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
+from webapp.conversations import cards
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
 from webapp.models import MAX_ROW_ID, ApiToken, Conversation, ToolCall, WebhookDelivery, WebhookSubscription
-from webapp.tools.registry import Review
+from webapp.tools.registry import Review, ToolRegistry
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
 from webapp.webhooks import EVENT_TYPES
@@ -661,7 +662,21 @@ class ToolCallView(BaseModel):
     arguments_hash: str = Field(description="The hash of `input`; send it with a decision.")
     status: CallStatus
     requires_approval: bool
-    result: str | None = Field(description="The tool_result content the model receives, once settled.")
+    output: Any = Field(
+        None,
+        description=(
+            "The tool's own output, once it ran: its JSON as the tool returned it (text when it returned text); "
+            "null before it ran, or when the desk settled the call (rejected, expired, cancelled)."
+        ),
+    )
+    summary: str = Field(description="Where the call stands and what it did, in a sentence for people.")
+    result: str | None = Field(
+        description=(
+            "The text the model was given (the output fenced, with the desk's notes). Kept for earlier clients: "
+            "read `output` and `summary` instead."
+        ),
+        json_schema_extra={"deprecated": True},
+    )
     is_error: bool = Field(description="The result is an error (failed, rejected, expired...).")
     decided_by: str | None = Field(description="The email of the reviewer who settled the decision.")
     decided_at: Timestamp | None
@@ -674,7 +689,8 @@ class ToolCallView(BaseModel):
     created_at: Timestamp
 
     @classmethod
-    def of(cls, call: ToolCall) -> ToolCallView:
+    def of(cls, call: ToolCall, tools: ToolRegistry) -> ToolCallView:
+        """`tools`: the registry of the call's tenant (for its sentence)."""
         return cls(
             id=call.id,
             conversation_id=call.conversation_id,
@@ -684,6 +700,8 @@ class ToolCallView(BaseModel):
             arguments_hash=arguments_hash(call.input),
             status=call.status,
             requires_approval=call.requires_approval,
+            output=cards.output(call),
+            summary=cards.summary(call, tools),
             result=call.result,
             is_error=call.is_error,
             decided_by=call.decided_by.email if call.decided_by else None,
@@ -744,9 +762,11 @@ class ApprovalView(ToolCallView):
     )
 
     @classmethod
-    def of_call(cls, call: ToolCall, review: Review | None, held: str | None = None) -> ApprovalView:
+    def of_call(
+        cls, call: ToolCall, tools: ToolRegistry, review: Review | None, held: str | None = None
+    ) -> ApprovalView:
         review_view = ReviewView.model_validate(review) if review else None
-        return cls(**ToolCallView.of(call).model_dump(), review=review_view, held=held)
+        return cls(**ToolCallView.of(call, tools).model_dump(), review=review_view, held=held)
 
 
 class ApprovalList(BaseModel):
@@ -858,11 +878,83 @@ class PolicyChangeDecided(BaseModel):
     policy: PolicyView | None
 
 
+class TextBlock(BaseModel):
+    """Words: a person's message, or the assistant's."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(BaseModel):
+    """The assistant asks for a tool call; the call itself is in `tool_calls` under `tool_call_id`."""
+
+    type: Literal["tool_use"]
+    id: str = Field(description="The block's id, as its tool_result names it (tool_use_id).")
+    name: str = Field(description="The tool's name.")
+    input: dict[str, Any] = Field(description="The arguments as the model asked for them (before any edit).")
+    tool_call_id: int | None = Field(description="The call in `tool_calls` (and in the inbox) it became.")
+
+
+class ToolResultBlock(BaseModel):
+    """The answer to a tool_use block, as people read it: the tool's structured output is the call's
+    `output` in `tool_calls`, and the text the model was given stays out of the API."""
+
+    type: Literal["tool_result"]
+    tool_use_id: str
+    tool_call_id: int | None
+    is_error: bool
+    summary: str = Field(description="What the call did, or why it did nothing, in a sentence for people.")
+
+
+class OtherBlock(BaseModel):
+    """A block of a kind the desk keeps but does not describe (a model's thinking, say)."""
+
+    type: Literal["other"]
+    kind: str = Field(description="Its type as the Messages API names it.")
+
+
+ContentBlock = Annotated[TextBlock | ToolUseBlock | ToolResultBlock | OtherBlock, Field(discriminator="type")]
+
+
 class MessageView(BaseModel):
+    """One turn of the conversation, in content blocks."""
+
     role: Literal["user", "assistant"]
-    content: list[dict[str, Any]] = Field(
-        description="Content blocks as the Messages API has them: text, tool_use, tool_result."
-    )
+    content: list[ContentBlock]
+
+    @classmethod
+    def of(cls, message: dict, calls: dict[str, ToolCall], summaries: dict[int, str]) -> MessageView:
+        """`calls`: the conversation's calls by tool_use id; `summaries`: their sentences by call id."""
+        blocks: list[Any] = []
+        for block in message["content"]:
+            kind = block.get("type")
+            if kind == "text":
+                blocks.append(TextBlock(type="text", text=block.get("text", "")))
+            elif kind == "tool_use":
+                call = calls.get(block.get("id", ""))
+                blocks.append(
+                    ToolUseBlock(
+                        type="tool_use",
+                        id=block.get("id", ""),
+                        name=block.get("name", ""),
+                        input=block.get("input") or {},
+                        tool_call_id=call.id if call else None,
+                    )
+                )
+            elif kind == "tool_result":
+                call = calls.get(block.get("tool_use_id", ""))
+                blocks.append(
+                    ToolResultBlock(
+                        type="tool_result",
+                        tool_use_id=block.get("tool_use_id", ""),
+                        tool_call_id=call.id if call else None,
+                        is_error=bool(block.get("is_error")),
+                        summary=summaries.get(call.id, "") if call else "",
+                    )
+                )
+            else:
+                blocks.append(OtherBlock(type="other", kind=str(kind)))
+        return cls(role=message["role"], content=blocks)
 
 
 class ConversationError(BaseModel):
@@ -903,8 +995,11 @@ class ConversationView(BaseModel):
 
     @classmethod
     def of(
-        cls, conversation: Conversation, messages: list[dict], calls: list[ToolCall], usage: Usage
+        cls, conversation: Conversation, messages: list[dict], calls: list[ToolCall], usage: Usage, tools: ToolRegistry
     ) -> ConversationView:
+        views = [ToolCallView.of(call, tools) for call in calls]
+        by_use_id = {call.tool_use_id: call for call in calls}
+        summaries = {view.id: view.summary for view in views}
         return cls(
             id=conversation.id,
             title=conversation.title,
@@ -919,8 +1014,8 @@ class ConversationView(BaseModel):
             cancel_reason=conversation.cancel_reason,
             moves_used=conversation.moves_used,
             move_budget=conversation.move_budget,
-            messages=messages,
-            tool_calls=[ToolCallView.of(call) for call in calls],
+            messages=[MessageView.of(message, by_use_id, summaries) for message in messages],
+            tool_calls=views,
             tasks=[TaskView.of(call) for call in calls if call.status == CallStatus.AWAITING_TASK and call.task],
             usage=usage,
             created_at=conversation.created_at,

@@ -70,6 +70,41 @@ def card(call: ToolCall, decisions: list[Decision], tools: ToolRegistry) -> Card
     )
 
 
+def summary(call: ToolCall, tools: ToolRegistry) -> str:
+    """Where a call stands and what it did, in one sentence for people (the API's `summary`): never
+    the fenced text written for the model."""
+    said = tools.describe(call.name, call.input) or f"{call.name}."
+    status = call.status
+    if status == CallStatus.SUCCEEDED:
+        tool = tools.get(call.name)
+        data, _ = result_data(call.result)
+        return (tool.result_sentence(data, call.input) if tool else None) or f"Done: {said}"
+    if status == CallStatus.FAILED and (call.result or "").startswith(wording.UNCERTAIN):
+        return wording.UNCERTAIN_FOR_PEOPLE
+    if status == CallStatus.FAILED:
+        return f"Failed: {failure(call.result)}"
+    if status == CallStatus.REJECTED:
+        who = call.decided_by.label if call.decided_by else "a reviewer"
+        reason = (call.decision_reason or "").rstrip()
+        return f"Rejected by {who}: {reason}{'' if reason.endswith(('.', '!', '?')) else '.'} Nothing was done."
+    if status == CallStatus.EXPIRED:
+        return f"Expired undecided, so nothing was done: {said}"
+    if status == CallStatus.CANCELLED:
+        return f"Cancelled, so nothing was done: {said}"
+    if status == CallStatus.AWAITING_APPROVAL:
+        return f"Waiting for approval: {said}"
+    if status == CallStatus.AWAITING_TASK:
+        task = call.task or {}
+        return f"Working: {said} ({task.get('message') or task.get('status') or 'its task goes on'})"
+    return f"{'Running' if status == CallStatus.RUNNING else 'About to run'}: {said}"
+
+
+def output(call: ToolCall) -> Any:
+    """The tool's own output, parsed when it is JSON (the API's `output`; None before it ran or when
+    the desk, not the tool, settled the call)."""
+    return result_data(call.result)[0]
+
+
 def decision_sentence(call: ToolCall, decisions: list[Decision]) -> str | None:
     """Who decided, in words: every approver named, the edit spelled out, the reasons given."""
     rejected = next((d for d in decisions if d.decision == "reject"), None)
