@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import httpx2
-from sqlalchemy import String, cast, func, select, update
+from sqlalchemy import String, cast, func, or_, select, update
 from sqlalchemy.orm import Session
 from standardwebhooks import Webhook
 
@@ -70,6 +70,7 @@ SECRET_PURPOSE = "event webhook secrets"
 MAX_SUBSCRIPTIONS = 20  # per tenant
 COLLECT_BATCH = 500  # audit events read at a time
 SEND_BATCH = 100  # deliveries looked at a time
+SENDS_AT_ONCE = 8  # deliveries of different conversations a job sends at the same time
 
 
 class WebhookError(ValueError):
@@ -340,20 +341,29 @@ def sendable(session: Session, subscription_id: int, now: datetime) -> list[Webh
     return ready
 
 
-def take(session: Session, delivery: WebhookDelivery, now: datetime) -> bool:
-    """Claim one attempt of a delivery (compare-and-set: another worker's claim wins); the attempt is
-    counted and the delivery set due again after SENDING_LEASE, in case this worker dies sending."""
-    taken = session.execute(
-        update(WebhookDelivery)
-        .where(
-            WebhookDelivery.id == delivery.id,
-            WebhookDelivery.status == "pending",
-            WebhookDelivery.attempts == delivery.attempts,
+def take(session: Session, deliveries: Sequence[WebhookDelivery], now: datetime) -> list[WebhookDelivery]:
+    """Claim an attempt of each delivery that is still pending and due, in one statement (another
+    job's claim moved its time on, so two jobs never send one at once); each attempt is counted and
+    its delivery due again after SENDING_LEASE, in case this worker dies sending. The ones claimed."""
+    if not deliveries:
+        return []
+    claimed = set(
+        session.scalars(
+            update(WebhookDelivery)
+            .where(
+                WebhookDelivery.id.in_([delivery.id for delivery in deliveries]),
+                WebhookDelivery.status == "pending",
+                or_(WebhookDelivery.next_attempt_at.is_(None), WebhookDelivery.next_attempt_at <= now),
+            )
+            .values(attempts=WebhookDelivery.attempts + 1, next_attempt_at=now + SENDING_LEASE)
+            .returning(WebhookDelivery.id)
+            .execution_options(synchronize_session=False)
         )
-        .values(attempts=delivery.attempts + 1, next_attempt_at=now + SENDING_LEASE)
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    return bool(taken)
+    )
+    taken = [delivery for delivery in deliveries if delivery.id in claimed]
+    for delivery in taken:  # (the statement left the objects as they were)
+        delivery.attempts += 1
+    return taken
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def subscribe(api, receiver: Receiver, events=tuple(EVENT_TYPES)) -> dict:
 def run_jobs() -> None:
     """The queued jobs, in a real RQ worker in this process."""
     dispatcher = services().dispatcher
-    SimpleWorker([dispatcher.queue], connection=dispatcher.redis).work(burst=True)
+    SimpleWorker(dispatcher.move_queues, connection=dispatcher.redis).work(burst=True)
     db.session.remove()
 
 
@@ -113,7 +113,7 @@ def test_a_subscriber_gets_each_event_signed_in_order_and_can_have_one_sent_agai
     assert listed[0]["created_by"] == ADMIN
 
     (call,) = waiting_calls(api, model, refund(4471, 9000))
-    jobs = services().dispatcher.queue.jobs
+    jobs = services().dispatcher.events_queue.jobs
     assert [(job.func_name, job.args) for job in jobs] == [("jobs.webhooks.deliver", (created["id"],))]
     run_jobs()
     assert receiver.types() == ["approval.requested", "conversation.awaiting_approval"]
@@ -304,3 +304,16 @@ def test_reminders_and_escalations_are_events_too(api, model, receiver):
     assert all(request["verified"] for request in receiver.received)
     reminder = receiver.received[0]["body"]["data"]
     assert reminder["call_id"] == call.id and reminder["tool"] == "issue_refund" and reminder["expires_at"]
+
+
+def test_one_job_at_a_time_sends_a_webhooks_deliveries_and_a_second_leaves_it_one_more_pass(api, model, receiver):
+    created = subscribe(api, receiver, ["approval.requested"])
+    dispatcher = services().dispatcher
+    sending = dispatcher.webhooks_sending(created["id"])  # as if a job were sending them now
+    assert sending is not None
+    waiting_calls(api, model, refund(4471, 9000))
+    assert work.deliver_webhooks(created["id"]) == "another job is sending them, and makes one more pass"
+    assert receiver.received == []  # nothing sent twice at once, nothing lost:
+    dispatcher.webhooks_done(created["id"], sending)  # the sender lets go and the pass asked for is queued
+    run_jobs()
+    assert receiver.types() == ["approval.requested"] and receiver.received[0]["verified"]

@@ -238,7 +238,8 @@ class Loop(OnWorkspace):
             c.status = move.waiting_on
             self.workspace.audit("conversation_waiting", outcome=c.status)  # (rolled back if it does not park)
         elif move.kind == "done":
-            self._completed(None)
+            if c.status != ConversationStatus.COMPLETED:  # (a step on a finished conversation tells no one twice)
+                self._completed(None)
         elif move.kind == "settle":
             self.calls.settle_round_if_complete()
             c.status = ConversationStatus.QUEUED

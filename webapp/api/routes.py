@@ -40,6 +40,7 @@ from webapp.api.schemas import (
     FieldProblem,
     GiveInput,
     InvalidFields,
+    OpenApiDocument,
     PolicyChangeDecided,
     PolicyChangeList,
     PolicyChangesQuery,
@@ -515,7 +516,7 @@ def create_webhook():
     """Send the tenant's events of the given types to `url` from now on, signed as Standard Webhooks
     say; the answer holds the signing secret, shown this once."""
     sent = body(CreateWebhook)
-    subscription, secret = webhook_actions.subscribe(db.session, g.user, sent.url, sent.events)
+    subscription, secret = webhook_actions.subscribe(db.session, g.user, sent.url, [str(name) for name in sent.events])
     return answer(WebhookCreated(**WebhookView.of(subscription, g.user.email).model_dump(), secret=secret), 201)
 
 
@@ -563,7 +564,7 @@ def redeliver_webhook(webhook_id: int, delivery_id: int):
 
 
 @bp.get("/openapi.json")
-@documented("This document", responses={200: None})
+@documented("This document", responses={200: OpenApiDocument})
 @public
 def openapi_document():
     """The OpenAPI 3.1 document of this API, built from the routes and their models."""

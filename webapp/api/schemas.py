@@ -15,6 +15,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
+from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
 
 from flask import request
@@ -24,6 +25,8 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    RootModel,
+    Strict,
     ValidationError,
     WithJsonSchema,
     create_model,
@@ -55,6 +58,10 @@ class Rule:
 
 class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ToolArguments(RootModel[dict[str, Any]]):
+    """A tool call's arguments: a JSON object as the tool's input schema describes it."""
 
 
 NO_NUL = r"^[^\x00]*$"  # no text the desk keeps may hold a NUL character (PostgreSQL's text cannot)
@@ -138,7 +145,7 @@ class DecideApproval(RequestBody):
         Rule("must be the arguments_hash string shown with the call, or null"),
     ] = None
     input: Annotated[
-        dict[str, Any] | None,
+        ToolArguments | None,
         Field(
             description=(
                 'Edit and approve: the arguments the tool runs with instead of the model\'s (with "approve" '
@@ -150,7 +157,7 @@ class DecideApproval(RequestBody):
         Rule("must be a JSON object of the tool's arguments, or null"),
     ] = None
     edited_input: Annotated[
-        dict[str, Any] | None,
+        ToolArguments | None,
         Field(description="The earlier name of `input`, still accepted; send one or the other, not both."),
         Rule("must be a JSON object of the tool's arguments, or null"),
     ] = None
@@ -161,7 +168,8 @@ class DecideApproval(RequestBody):
             raise InvalidFields(
                 [FieldProblem(field="edited_input", problem='is the earlier name of "input"; send only "input"')], []
             )
-        return self.input if self.input is not None else self.edited_input
+        sent = self.input if self.input is not None else self.edited_input
+        return sent.root if sent is not None else None
 
 
 class GiveInput(RequestBody):
@@ -261,6 +269,10 @@ class DecidePolicyChange(RequestBody):
     ] = None
 
 
+# The event types as one enumeration of the document (a generated client's EventType).
+EventType = StrEnum("EventType", {name.replace(".", "_").upper(): name for name in EVENT_TYPES})
+
+
 class CreateWebhook(RequestBody):
     """Send the tenant's events of these types to this address, signed as Standard Webhooks say (admins)."""
 
@@ -270,7 +282,8 @@ class CreateWebhook(RequestBody):
         Rule("must be the receiver's address, like https://example.com/hooks/desk"),
     ]
     events: Annotated[
-        list[Literal[tuple(EVENT_TYPES)]],  # type: ignore[valid-type]
+        # (each not strict: a strict enum takes only its members, and JSON sends their values as strings)
+        list[Annotated[EventType, Strict(False)]],
         Field(min_length=1, max_length=len(EVENT_TYPES), description="The event types to send."),
         Rule("must be a list of event types: " + ", ".join(EVENT_TYPES)),
     ]
@@ -658,7 +671,7 @@ class ToolCallView(BaseModel):
     conversation_id: int
     tool_use_id: str = Field(description="The id of the model's tool_use block.")
     name: str = Field(description="The tool's name.")
-    input: dict[str, Any] = Field(description="The arguments the tool runs (or ran) with, after any edit.")
+    input: ToolArguments = Field(description="The arguments the tool runs (or ran) with, after any edit.")
     arguments_hash: str = Field(description="The hash of `input`; send it with a decision.")
     status: CallStatus
     requires_approval: bool
@@ -891,7 +904,7 @@ class ToolUseBlock(BaseModel):
     type: Literal["tool_use"]
     id: str = Field(description="The block's id, as its tool_result names it (tool_use_id).")
     name: str = Field(description="The tool's name.")
-    input: dict[str, Any] = Field(description="The arguments as the model asked for them (before any edit).")
+    input: ToolArguments = Field(description="The arguments as the model asked for them (before any edit).")
     tool_call_id: int | None = Field(description="The call in `tool_calls` (and in the inbox) it became.")
 
 
@@ -1221,7 +1234,7 @@ class _CallEventData(_EventData):
 
 
 class ApprovalRequestedData(_CallEventData):
-    input: dict[str, Any] = Field(description="The arguments the model asked for.")
+    input: ToolArguments = Field(description="The arguments the model asked for.")
     arguments_hash: str = Field(description="Send it with a decision (POST /api/approvals/{id}).")
 
 
@@ -1229,7 +1242,7 @@ class ApprovalDecidedData(_CallEventData):
     decision: Literal["approve", "reject", "expired"]
     decided_by: str | None = Field(description="The reviewer's email; null when it expired.")
     reason: str | None
-    input: dict[str, Any] = Field(description="The arguments the call runs with: the reviewer's edit, if any.")
+    input: ToolArguments = Field(description="The arguments the call runs with: the reviewer's edit, if any.")
     edited: bool = Field(description="The reviewer changed the arguments.")
     status: CallStatus = Field(description="The call's state after it: awaiting_approval while more must approve.")
     approvals: int | None = Field(description="Approvals so far.")
@@ -1287,3 +1300,13 @@ EVENT_MODELS: dict[str, type[BaseModel]] = {
         ("policy.changed", PolicyChangedData),
     )
 }
+
+
+class OpenApiDocument(BaseModel):
+    """This API's OpenAPI 3.1 document."""
+
+    model_config = ConfigDict(extra="allow")
+
+    openapi: str
+    info: dict[str, Any]
+    paths: dict[str, Any]

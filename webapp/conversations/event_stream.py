@@ -52,13 +52,13 @@ def last_seen(header: str | None) -> int:
     return int(found.group(1))
 
 
-def events_after(session, conversation: Conversation, after: int) -> list[tuple[int, str]]:
+def events_after(session, tenant_id: int, conversation_id: int, after: int) -> list[tuple[int, str]]:
     """(audit event id, SSE message) of the conversation's events after `after`, oldest first."""
     rows = session.scalars(
         select(AuditEvent)
         .where(
-            AuditEvent.chain == str(conversation.tenant_id),
-            AuditEvent.conversation_id == conversation.id,
+            AuditEvent.chain == str(tenant_id),
+            AuditEvent.conversation_id == conversation_id,
             AuditEvent.action.in_(webhooks.ACTIONS),
             AuditEvent.id > after,
         )
@@ -89,13 +89,12 @@ def stream(app: Flask, conversation: Conversation, user_id: int, token: str, aft
         ) from None
     except (redis.RedisError, OSError):
         raise Refused(503, "unavailable", "Live events are unavailable now; try again in a minute.") from None
-    key = Conversation(id=conversation_id, tenant_id=tenant_id)  # what events_after reads of it
 
-    def read(since: int) -> list[tuple[int, str]] | None:
-        """The events after `since`, or None when the token no longer holds."""
+    def read(since: int) -> list[tuple[int, str]]:
+        """The events after `since` (none when the database cannot answer now: the next look will)."""
         with app.app_context():
             try:
-                return events_after(db.session, key, since)
+                return events_after(db.session, tenant_id, conversation_id, since)
             except SQLAlchemyError:
                 return []
             finally:
@@ -119,7 +118,7 @@ def stream(app: Flask, conversation: Conversation, user_id: int, token: str, aft
         try:
             while now < deadline:
                 if look:
-                    for event_id, message in read(after) or []:
+                    for event_id, message in read(after):
                         after = event_id
                         yield message
                     look = False

@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
 import redis
+from redis.exceptions import LockError
+from redis.lock import Lock
 from rq import Queue, Retry
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
@@ -72,9 +74,10 @@ def _task_key(tool_call_id: int) -> str:
 WEBHOOKS_FLAG_SECONDS = 60  # a queued webhooks job whose flag outlives this is not waited for
 
 
-def _webhooks_key(subscription_id: int) -> str:
-    """Set while a job sending the subscription's deliveries is queued and not yet started."""
-    return f"desk:webhooks-queued:{subscription_id}"
+def _webhooks_key(subscription_id: int, what: str = "queued") -> str:
+    """queued: set while a job sending the subscription's deliveries is queued and not yet started;
+    sending: the lock of the job sending them; again: another job asked it for one more pass."""
+    return f"desk:webhooks-{what}:{subscription_id}"
 
 
 class Dispatcher:
@@ -102,10 +105,16 @@ class Dispatcher:
         before every other move, with slots of their own in each worker (WORKER_PEOPLE_SLOTS)."""
         return Queue(f"{self.config.queue_name}-people", connection=self.redis)
 
+    @cached_property
+    def events_queue(self) -> Queue:
+        """The jobs that send event webhooks: short, and waited for by integrators, so workers take
+        them after people's moves and before the rest (a burst of moves must not hold events back)."""
+        return Queue(f"{self.config.queue_name}-events", connection=self.redis)
+
     @property
     def move_queues(self) -> list[Queue]:
-        """Where moves wait, in the order workers take them."""
-        return [self.people_queue, self.queue]
+        """Where moves wait (and the events that tell of them), in the order workers take them."""
+        return [self.people_queue, self.events_queue, self.queue]
 
     @cached_property
     def background_queue(self) -> Queue:
@@ -206,15 +215,9 @@ class Dispatcher:
             if at is None:
                 if not self.redis.set(_webhooks_key(subscription_id), 1, nx=True, ex=WEBHOOKS_FLAG_SECONDS):
                     return False
-                self.queue.enqueue(WEBHOOKS_JOB, subscription_id, **self._webhook_job())
+                self.events_queue.enqueue(WEBHOOKS_JOB, subscription_id, **self._webhook_job())
             else:
-                self.queue.enqueue_at(
-                    at,
-                    WEBHOOKS_JOB,
-                    subscription_id,
-                    job_id=f"webhooks-{subscription_id}-at-{int(at.timestamp())}",
-                    **self._webhook_job(),
-                )
+                self.events_queue.enqueue_at(at, WEBHOOKS_JOB, subscription_id, **self._webhook_job())
         except (redis.RedisError, OSError) as exc:
             log.warning("could not enqueue the deliveries of webhook %s: %s", subscription_id, exc)
             return False
@@ -230,6 +233,30 @@ class Dispatcher:
     def webhooks_started(self, subscription_id: int) -> None:
         """The subscription's job starts: a commit from now on enqueues another."""
         self.redis.delete(_webhooks_key(subscription_id))
+
+    def webhooks_sending(self, subscription_id: int) -> Lock | None:
+        """Become the one job sending a subscription's deliveries (its lock), or None: another job is,
+        and is told to make one more pass (webhooks_again). One sender at a time keeps two jobs from
+        sending one delivery twice, or locking its rows in two orders."""
+        lock = self.redis.lock(_webhooks_key(subscription_id, "sending"), timeout=self._webhook_job()["job_timeout"])
+        if lock.acquire(blocking=False):
+            return lock
+        self.redis.set(_webhooks_key(subscription_id, "again"), 1, ex=WEBHOOKS_FLAG_SECONDS)
+        # The sender may have let go just now, having found no word: then this job is the sender.
+        return lock if lock.acquire(blocking=False) else None
+
+    def webhooks_again(self, subscription_id: int) -> bool:
+        """Whether a job asked the sender for one more pass since it last looked (the word is taken)."""
+        return bool(self.redis.getdel(_webhooks_key(subscription_id, "again")))
+
+    def webhooks_done(self, subscription_id: int, lock: Lock) -> None:
+        """The sender lets go; a word that came meanwhile gets a job of its own."""
+        try:
+            lock.release()
+        except LockError:  # held past its time: another job may be the sender now
+            pass
+        if self.webhooks_again(subscription_id):
+            self.enqueue_webhooks(subscription_id)
 
     def waiting_move_ids(self) -> set[str]:
         """The ids of the jobs waiting on the move queues now: one read for a sweep, instead of a

@@ -11,6 +11,8 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -226,39 +228,65 @@ def deliver_notice(channel_id: int, tool_call_id: int, kind: str, job=None) -> s
 
 
 def deliver_webhooks(subscription_id: int) -> str:
-    """Send a webhook subscription's deliveries: first turn the tenant's new events into deliveries
-    (the subscription's row locked), then send each that may go now, in order, with no transaction
-    open while the receiver answers; a retry due later gets a job at its time."""
-    desk = services()
-    desk.dispatcher.webhooks_started(subscription_id)
-    sent = failed = 0
+    """Send a webhook subscription's deliveries, as its one sender (another job running asks it for
+    one more pass instead): turn the tenant's new events into deliveries, then send each that may go
+    now, in order, with no transaction open while the receivers answer; a retry due later gets a job
+    at its time."""
+    dispatcher = services().dispatcher
+    dispatcher.webhooks_started(subscription_id)
+    sending = dispatcher.webhooks_sending(subscription_id)
+    if sending is None:
+        return "another job is sending them, and makes one more pass"
+    made = sent = failed = 0
     due = None
+    try:
+        while True:
+            passed = _webhooks_pass(subscription_id)
+            if passed is None:
+                return "no such webhook"
+            made, sent, failed = made + passed[0], sent + passed[1], failed + passed[2]
+            due = passed[3]
+            if not dispatcher.webhooks_again(subscription_id):
+                break
+    finally:
+        dispatcher.webhooks_done(subscription_id, sending)
+    if due is not None:
+        dispatcher.enqueue_webhooks(subscription_id, at=due)
+    return f"{made} event(s) collected, {sent} delivered, {failed} attempt(s) failed"
+
+
+def _webhooks_pass(subscription_id: int) -> tuple[int, int, int, datetime | None] | None:
+    """One pass over a subscription: (events collected, delivered, failed attempts, when the next
+    pending delivery is due), or None when the subscription is gone."""
+    config = services().config
+    sent = failed = 0
     try:
         subscription = db.session.get(WebhookSubscription, subscription_id, with_for_update=True)
         if subscription is None or subscription.deleted_at is not None:
-            return "no such webhook"
+            return None
         made = webhooks.collect(db.session, subscription)
         db.session.commit()
         while ready := webhooks.sendable(db.session, subscription_id, utcnow()):
-            for delivery in ready:
-                taken = webhooks.take(db.session, delivery, utcnow())
-                db.session.commit()  # the attempt counts before it is made
-                if not taken:  # another job has it
-                    continue
-                delivery.attempts += 1
-                attempt = webhooks.send(desk.config, subscription, delivery)
-                webhooks.settle(delivery, attempt, desk.config.webhook_retry_intervals, utcnow())
-                db.session.commit()
+            taken = webhooks.take(db.session, ready, utcnow())
+            db.session.commit()  # the attempts count before they are made
+            if not taken:
+                break
+            # One delivery per conversation at most (sendable holds the later ones back), so they go
+            # at the same time without changing any conversation's order.
+            with ThreadPoolExecutor(min(len(taken), webhooks.SENDS_AT_ONCE)) as pool:
+                attempts = list(pool.map(lambda delivery: webhooks.send(config, subscription, delivery), taken))
+            now = utcnow()
+            for delivery, attempt in zip(taken, attempts, strict=True):
+                webhooks.settle(delivery, attempt, config.webhook_retry_intervals, now)
                 sent, failed = sent + attempt.delivered, failed + (not attempt.delivered)
+            db.session.commit()
             if failed:  # what failed waits for its retry; the rest of this round went
                 break
         due = webhooks.next_due(db.session, subscription_id)
         db.session.commit()
     finally:
         db.session.remove()
-    if due is not None:
-        desk.dispatcher.enqueue_webhooks(subscription_id, at=due)
-    return f"{made} event(s) collected, {sent} delivered, {failed} attempt(s) failed"
+    return made, sent, failed, due
 
 
 def wake_for_tasks(conversation_id: int) -> bool:
