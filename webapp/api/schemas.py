@@ -1198,19 +1198,7 @@ class WebhookDeliveryView(BaseModel):
 
     @classmethod
     def of(cls, delivery: WebhookDelivery) -> WebhookDeliveryView:
-        return cls(
-            id=delivery.id,
-            event_id=delivery.event_id,
-            event_type=delivery.event_type,
-            conversation_id=delivery.conversation_id,
-            status=delivery.status,
-            attempts=delivery.attempts,
-            http_status=delivery.http_status,
-            error=delivery.error,
-            next_attempt_at=delivery.next_attempt_at,
-            created_at=delivery.created_at,
-            delivered_at=delivery.delivered_at,
-        )
+        return cls.model_validate(delivery, from_attributes=True)
 
 
 class WebhookDeliveryList(BaseModel):
