@@ -264,7 +264,9 @@ def test_another_tenant_never_sees_the_tools(app, cli, api, workers, model, ware
 def test_a_call_found_running_after_a_crash_is_not_sent_again(app, cli, api, workers, model, warehouse, read):
     add_warehouse(cli, warehouse)
     warehouse.hold.touch()  # reserve_stock waits inside the server until the test lets it go
-    first = workers()
+    # The call must still be in flight when the worker is killed: on a loaded machine the test saw the
+    # server's count only after the worker's 30 s MCP timeout had settled the call itself.
+    first = workers(MCP_TIMEOUT_SECONDS="600")
     conversation = ask(api, model, "reserve 5 of SKU-3", tool_use(RESERVE, {"sku": "SKU-3", "quantity": 5}))
     call = wait_status(api, conversation, "awaiting_approval", timeout=60)["tool_calls"][0]
     assert api.as_(REVIEWER).post(f"/api/approvals/{call['id']}", json={"decision": "approve"}).status_code == 200
