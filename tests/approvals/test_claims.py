@@ -60,7 +60,10 @@ def test_the_api_claims_refuses_another_holder_in_words_takes_over_and_releases(
     assert taken.status_code == 200 and taken.json["claimed_by"] == SECOND
     released = second.delete(url)
     assert released.status_code == 200 and released.json["claimed_by"] is None
-    assert first.post(url, json={}).status_code == 200  # free again
+    assert first.post(url).status_code == 200  # free again; every field is optional, so no body is fine
+    first.delete(url)
+    assert first.post(url, data="x", content_type="application/json").status_code == 400  # not JSON
+    assert first.post(url, json={}).status_code == 200
 
     db.session.execute(
         update(ToolCall).where(ToolCall.id == call.id).values(claimed_until=utcnow() - timedelta(seconds=1))

@@ -530,3 +530,22 @@ def test_results_in_the_billing_tools_shapes_are_described(words, output, expect
     [use] = tool_uses(first)
     history += [first.to_param(), results_for(first, succeed({use.name: output}))]
     assert text_of(ask(client, history)) == expected
+
+
+def test_the_readmes_walk_asks_for_calls_that_both_wait_for_a_reviewer():
+    """The README's "Trying it" approves call 1 and rejects call 2: the message it sends must make both
+    wait (a refund under the $50 rule ran at once, and the approval answered already_decided)."""
+    from pathlib import Path
+
+    from webapp.agent.policies import default_policy
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    walk = readme.split("## Trying it", 1)[1].split("```", 2)[1]
+    sent = json.loads(walk.split("-d '", 1)[1].split("'", 1)[0])["message"]
+    uses = tool_uses(ask(demo_client(), [{"role": "user", "content": sent}]))
+    registry = demo_registry()
+    assert [use.name for use in uses] == ["issue_refund", "send_email"]
+    for use in uses:  # each waits under its tool's own policy, the one a new tenant has
+        tool = registry.get(use.name)
+        assert default_policy(tool).needs_approval(tool.amount(tool.Input(**use.input))), use.name
+    assert '"decision": "approve"' in walk and "approvals/1 " in walk and "approvals/2 " in walk

@@ -65,6 +65,7 @@ from webapp.api.schemas import (
     WebhookView,
     body,
     known_names,
+    optional_body,
     query,
 )
 from webapp.approvals import actions as approvals
@@ -314,6 +315,7 @@ def decide_approval(tool_call_id: int):
 @documented(
     "Hold a waiting call while you review it (again: the time starts over)",
     body=ClaimApproval,
+    body_required=False,
     responses={200: ToolCallView},
     errors={
         403: "not_allowed: the call comes from the reviewer's own conversation.",
@@ -322,7 +324,7 @@ def decide_approval(tool_call_id: int):
 )
 @api_roles("reviewer")
 def claim_approval(tool_call_id: int):
-    sent = body(ClaimApproval)
+    sent = optional_body(ClaimApproval)
     return answer(
         ToolCallView.of(approvals.claim(db.session, g.user, tool_call_id, take_over=sent.take_over), tenant_tools())
     )
@@ -495,8 +497,7 @@ def list_tokens():
 def revoke_token(token_id: int):
     """Revoke one of the caller's tokens (admins: of their tenant's people) for good; revoking one that is
     revoked already answers the same."""
-    if request.get_data():
-        body(RevokeToken)
+    optional_body(RevokeToken)  # (it takes no field: only an empty body, or {})
     row, _ = accounts.revoke(db.session, g.user, token_id)
     return answer(TokenView.of(row, token_state(row)))
 

@@ -544,6 +544,11 @@ def body(model: type[M]) -> M:
     return parse(model, data)
 
 
+def optional_body(model: type[M]) -> M:
+    """As body(), for a route whose every field is optional: no body at all is the model's defaults."""
+    return body(model) if request.get_data() else model()
+
+
 def parse(model: type[M], data: object) -> M:
     if not isinstance(data, dict):
         raise Refused(400, "invalid_json", "Send a JSON object with Content-Type: application/json.")
