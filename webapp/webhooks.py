@@ -20,9 +20,7 @@ audited an event of a subscribed tenant, and by every sweep for subscriptions wi
 
 from __future__ import annotations
 
-import base64
 import json
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -36,7 +34,7 @@ from webapp import audit_chain, outbound, sealing
 from webapp.agent.decisions import arguments_hash
 from webapp.config import Config
 from webapp.models import AuditEvent, AuditHead, User, WebhookDelivery, WebhookSubscription, utcnow
-from webapp.notify import ChannelError, webhook_url
+from webapp.notify import ChannelError, new_secret, webhook_url
 
 # The event types (a contract: names integrators subscribe to), each with what it says.
 EVENT_TYPES = {
@@ -145,12 +143,6 @@ def event_id(event: AuditEvent) -> str:
 # --- subscriptions -------------------------------------------------------------------------------
 
 
-def new_secret() -> str:
-    """A Standard Webhooks secret: "whsec_" and 32 random bytes in base64. The whole string, prefix
-    included, is what a receiver gives the `standardwebhooks` library."""
-    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
 def checked_events(events: Sequence[str]) -> list[str]:
     unknown = [name for name in events if name not in EVENT_TYPES]
     if unknown:
@@ -179,7 +171,7 @@ def subscribe(
     # From the next event on: the chain's head as this transaction sees it (a commit in between is
     # collected too, which sends one event more, never one less).
     head = session.scalar(select(AuditHead.seq).where(AuditHead.chain == str(actor.tenant_id)))
-    secret = new_secret()
+    secret = new_secret()  # (the reminder channel's kind: whsec_ and base64)
     subscription = WebhookSubscription(
         tenant_id=actor.tenant_id,
         url=url,
@@ -327,6 +319,8 @@ def sendable(session: Session, subscription_id: int, now: datetime) -> list[Webh
                 )
                 .order_by(WebhookDelivery.id)
                 .limit(SEND_BATCH)
+                # as the database has them now (an admin's redelivery may have changed one this job read)
+                .execution_options(populate_existing=True)
             )
         )
         if not batch:

@@ -210,12 +210,17 @@ class Dispatcher:
         """Enqueue the job that sends a webhook subscription's deliveries (webapp/webhooks.py): now,
         unless one is queued and not yet started (a flag in Redis, which the job clears as it starts,
         so an event committed after it started gets a job of its own); or at `at`, a retry's time
-        (RQ's scheduler enqueues it then). False when Redis cannot take it: the next sweep does."""
+        (RQ's scheduler enqueues it then). False when one is queued already, or when Redis cannot take it
+        (the next sweep does)."""
         try:
             if at is None:
                 if not self.redis.set(_webhooks_key(subscription_id), 1, nx=True, ex=WEBHOOKS_FLAG_SECONDS):
-                    return False
-                self.events_queue.enqueue(WEBHOOKS_JOB, subscription_id, **self._webhook_job())
+                    return False  # one is queued: it sends this too
+                try:
+                    self.events_queue.enqueue(WEBHOOKS_JOB, subscription_id, **self._webhook_job())
+                except (redis.RedisError, OSError):
+                    self.redis.delete(_webhooks_key(subscription_id))  # no job is queued: the sweep's may be
+                    raise
             else:
                 self.events_queue.enqueue_at(at, WEBHOOKS_JOB, subscription_id, **self._webhook_job())
         except (redis.RedisError, OSError) as exc:
