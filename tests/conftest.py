@@ -38,6 +38,8 @@ RUNTIME_TABLES = [
     "webhook_subscriptions",
     "notification_deliveries",
     "notification_channels",
+    "external_calls",
+    "external_tools",
     "mcp_tools",
     "mcp_servers",
     "user_sessions",

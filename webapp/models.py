@@ -259,6 +259,9 @@ class Conversation(Base):
     # (None: not routed yet); every move of the run goes to that endpoint
     route: Mapped[str | None] = mapped_column(String(16))
     route_reason: Mapped[str | None] = mapped_column(String(160))
+    # the outside agent whose one call this conversation holds (POST /api/calls, webapp/agent/outside.py):
+    # it has no model and no moves, and is done when its call is decided; None: the desk's assistant
+    source: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
@@ -344,6 +347,7 @@ class ToolCall(Base):
     task_due_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # when the loop looks at it again
     task_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # its last change
     task_input: Mapped[str | None] = mapped_column(Text)  # a person's input, until the loop hands it over
+    source: Mapped[str | None] = mapped_column(String(64))  # its conversation's: the outside agent that asked
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     decided_by: Mapped[User | None] = relationship(foreign_keys=[decided_by_id])
@@ -552,6 +556,53 @@ class McpTool(Base):
     server: Mapped[McpServer] = relationship(back_populates="tools")
 
     __table_args__ = (UniqueConstraint("tenant_id", "registry_name", name="uq_mcp_tools_tenant_registry_name"),)
+
+
+class ExternalTool(Base):
+    """A tool an agent that runs elsewhere asks about (PUT /api/external-tools/<name>): what it does,
+    the JSON schema of its arguments, and which argument is the money it moves (in `amount_unit`) and
+    which names what it acts on. It joins its tenant's registry for policies, limits and edits, is
+    never offered to the desk's own model, and runs in the agent's code, not here."""
+
+    __tablename__ = "external_tools"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    description: Mapped[str] = mapped_column(Text, default="")
+    input_schema: Mapped[dict] = mapped_column(JSONType)
+    amount_argument: Mapped[str | None] = mapped_column(String(128))
+    amount_unit: Mapped[str] = mapped_column(String(8), default="cents")  # cents | dollars
+    subject_argument: Mapped[str | None] = mapped_column(String(128))
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_external_tools_tenant_name"),)
+
+
+class ExternalCall(Base):
+    """What an outside agent sent with a call it asked about (POST /api/calls), beside the call's row:
+    who it is, what the reviewer should know (its words, shown as the agent's), the key that makes a
+    repeated request the same call, and what the agent reported once it ran the call."""
+
+    __tablename__ = "external_calls"
+
+    tool_call_id: Mapped[int] = mapped_column(ForeignKey("tool_calls.id"), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    source: Mapped[str] = mapped_column(String(64))
+    context: Mapped[str] = mapped_column(Text, default="")
+    facts: Mapped[list] = mapped_column(JSONType, default=list)  # [{"label", "value"}], as the agent sent them
+    idempotency_key: Mapped[str] = mapped_column(String(200))
+    request_hash: Mapped[str] = mapped_column(String(64))  # of the request, to tell a repeat from a reuse of its key
+    outcome_ok: Mapped[bool | None] = mapped_column(Boolean)  # None: not reported
+    outcome_summary: Mapped[str | None] = mapped_column(Text)
+    outcome_output: Mapped[dict | list | str | None] = mapped_column(JSONType)
+    outcome_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "idempotency_key", name="uq_external_calls_tenant_key"),)
 
 
 class Decision(Base):

@@ -81,7 +81,12 @@ class WebhookError(ValueError):
 def event_of(event: AuditEvent) -> tuple[str, dict] | None:
     """The webhook event an audit event is (its type and its data), or None when it is none."""
     data = event.data or {}
-    call = {"call_id": event.tool_call_id, "conversation_id": event.conversation_id, "tool": event.tool_name}
+    call = {
+        "call_id": event.tool_call_id,
+        "conversation_id": event.conversation_id,
+        "tool": event.tool_name,
+        "source": data.get("source"),  # the outside agent that asked (webapp/agent/outside.py); None: the assistant
+    }
     if event.action == "approval_requested":
         asked = data.get("input") or {}
         return "approval.requested", call | {"input": asked, "arguments_hash": arguments_hash(asked)}

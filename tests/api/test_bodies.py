@@ -47,6 +47,7 @@ CALL_KEYS = {
     "conversation_id",
     "tool_use_id",
     "name",
+    "source",  # added: the outside agent that asked (null: the assistant)
     "input",
     "arguments_hash",
     "status",
@@ -394,6 +395,7 @@ def test_a_tool_call_is_shown_exactly_as_before(api, model):
         "conversation_id": call.conversation_id,
         "tool_use_id": call.tool_use_id,
         "name": "issue_refund",
+        "source": None,  # added: the assistant's call, not an outside agent's
         "input": REFUND,
         "arguments_hash": arguments_hash(REFUND),
         "status": "rejected",

@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from tests.clients import sign_in
 from tests.conftest import wait_until
@@ -271,6 +271,9 @@ def test_a_call_found_running_after_a_crash_is_not_sent_again(app, cli, api, wor
     call = wait_status(api, conversation, "awaiting_approval", timeout=60)["tool_calls"][0]
     assert api.as_(REVIEWER).post(f"/api/approvals/{call['id']}", json={"decision": "approve"}).status_code == 200
     wait_until(lambda: warehouse.received() == 1, 60, "the call to reach the server")
+    # while the server holds the call, the desk still writes: the call holds no transaction (on SQLite,
+    # no write lock), so a reviewer's claim on another page does not wait for the server
+    assert read(lambda s: s.execute(text("UPDATE tenants SET name = name")).rowcount) >= 1  # (else: locked)
     first.kill()
     warehouse.hold.unlink()
     wait_until(lambda: len(warehouse.reserved()) == 1, 30, "the server to finish the call it was sent")

@@ -123,6 +123,7 @@ def test_a_subscriber_gets_each_event_signed_in_order_and_can_have_one_sent_agai
         "call_id": call.id,
         "conversation_id": call.conversation_id,
         "tool": "issue_refund",
+        "source": None,
         "input": {"invoice_id": 4471, "amount_cents": 9000, "reason": "late delivery"},
         "arguments_hash": None,
     }
@@ -145,6 +146,7 @@ def test_a_subscriber_gets_each_event_signed_in_order_and_can_have_one_sent_agai
         "call_id": call.id,
         "conversation_id": call.conversation_id,
         "tool": "issue_refund",
+        "source": None,
         "decision": "approve",
         "decided_by": REVIEWER,
         "reason": None,

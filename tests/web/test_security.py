@@ -70,6 +70,13 @@ EXPECTED = {
     "api.delete_webhook": {"admin"},
     "api.webhook_deliveries": {"admin"},
     "api.redeliver_webhook": {"admin"},
+    "api.list_external_tools": {"admin"},
+    "api.declare_external_tool": {"admin"},
+    "api.remove_external_tool": {"admin"},
+    "api.ask_call": {"agent"},  # an outside agent asks with a token of a person with the agent role
+    "api.get_call": EVERYONE,  # agents their own calls; reviewers, auditors and admins the tenant's
+    "api.report_call": {"agent"},
+    "api.cancel_call": {"agent"},
     "tokens.of_user": {"admin"},
     "metrics.metrics": {"admin", "operator"},  # or Prometheus with the METRICS_TOKEN (tests/ops/test_metrics.py)
     "ops.index": {
@@ -160,6 +167,7 @@ def sample(app, api, model):
         "tenant": "acme",  # an MCP server of a tenant on the operators' page
         "webhook_id": 2**31 - 1,  # a webhook: 404 for admins, refused for the rest
         "delivery_id": 2**31 - 1,
+        "call_id": call.id,  # an outside agent's call: this is the assistant's, so 404 for whoever may ask
     }
     db.session.remove()
     return values
@@ -194,6 +202,9 @@ API_BODIES = {
     "api.set_policy": {"mode": "always"},
     "api.decide_policy_change": {"decision": "reject", "reason": "no"},
     "api.create_webhook": {"url": "https://example.com/hooks", "events": ["approval.requested"]},
+    "api.declare_external_tool": {"description": "Pay a supplier.", "input_schema": {"type": "object"}},
+    "api.ask_call": {"source": "bot", "tool": "pay", "input": {}, "context": "why", "idempotency_key": "k"},
+    "api.report_call": {"ok": True, "summary": "Paid."},
 }
 
 

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from webapp.agent import wording
 from webapp.agent.policies import policy_for
@@ -22,7 +23,7 @@ from webapp.agent.transcript import tool_uses
 from webapp.agent.workspace import OnWorkspace, Workspace
 from webapp.logs import bind
 from webapp.models import Decision, Message, ToolCall, User, utcnow
-from webapp.tools.registry import ToolContext, ToolOutcome
+from webapp.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from webapp.tools.tasks import INPUT_REQUIRED, WORKING, Task, TaskError
 
 
@@ -75,6 +76,10 @@ class Calls(OnWorkspace):
         elif call.attempts > 1 and tool is not None and not tool.repeatable:  # it may have run: never twice
             outcome = ToolOutcome(wording.RESULT_UNCERTAIN.format(name=call.name), True)
         else:
+            if (
+                tool is not None and not tool.writes_database
+            ):  # a remote tool: end the reads above, so its wait holds no transaction
+                self.session.commit()
             with bind(tool_call_id=call.id):
                 outcome = self.tools.run(call.name, call.input, self._context(call), self.settings.tool_output_limit)
         self.workspace.hold()
@@ -208,23 +213,15 @@ class Calls(OnWorkspace):
         if problem:
             self._settle(call, CallStatus.FAILED, problem, True)
             return call
-        policy = policy_for(self.session, c.tenant_id, self.tools.get(call.name))
-        call.money_cents = self.tools.amount_of(call.name, call.input)
-        call.subject = self.tools.subject_of(call.name, call.input, self._context(call))
-        waits = policy.needs_approval(call.money_cents)
-        limit = None if waits else policy.limit_reached(self.session, call)
-        if limit or waits:
-            call.requires_approval = True
-            call.approvals_required = max(policy.approvals_required, 1)
-            call.policy = {**policy.snapshot(), "limit": limit}
-            call.expires_at = policy.expires_at()
-            call.remind_at, call.escalate_at = policy.notice_times(call.expires_at)
-            call.status = CallStatus.AWAITING_APPROVAL
+        gate(self.session, call, self.tools, self._context(call))
         return call
 
     def _not_allowed(self, call: ToolCall) -> str | None:
         """Why the call may not run for the conversation's owner (None: it may)."""
-        if call.name not in self.tools.names() or call.name in self.workspace.usable_tools():
+        tool = self.tools.get(call.name)
+        if tool is not None and not tool.runs_here:  # an outside agent's tool: never the assistant's to call
+            return wording.RESULT_OUTSIDE_TOOL.format(tool=call.name)
+        if tool is None or call.name in self.workspace.usable_tools():
             return None
         owner, tenant_name = self.workspace.asker()[:2]
         refusal = wording.RESULT_NOT_ALLOWED.format(owner=owner.label, tool=call.name, tenant=tenant_name)
@@ -301,6 +298,24 @@ class Calls(OnWorkspace):
         call.result = result
         call.is_error = is_error
         call.finished_at = utcnow()
+
+
+def gate(session: Session, call: ToolCall, tools: ToolRegistry, context: ToolContext) -> None:
+    """Weigh a new call that may run against its tool's policy, the operator's ceiling and the limits:
+    it keeps the money it moves and what it acts on, and waits for people (with the policy it was
+    flagged under, its expiry, reminder and escalation) when they say so; else it stays pending."""
+    policy = policy_for(session, call.tenant_id, tools.get(call.name))
+    call.money_cents = tools.amount_of(call.name, call.input)
+    call.subject = tools.subject_of(call.name, call.input, context)
+    waits = policy.needs_approval(call.money_cents)
+    limit = None if waits else policy.limit_reached(session, call)
+    if limit or waits:
+        call.requires_approval = True
+        call.approvals_required = max(policy.approvals_required, 1)
+        call.policy = {**policy.snapshot(), "limit": limit}
+        call.expires_at = policy.expires_at()
+        call.remind_at, call.escalate_at = policy.notice_times(call.expires_at)
+        call.status = CallStatus.AWAITING_APPROVAL
 
 
 def task_due(call: ToolCall, now) -> bool:

@@ -247,9 +247,15 @@ def expire(session: Session, call: ToolCall, now: datetime) -> int | None:
         tool_call_id=call.id,
         tool_name=call.name,
         outcome="expired",
-        data={"input": call.input, "expired_at": now.isoformat()},
+        data={"input": call.input, "expired_at": now.isoformat(), **source_of(call)},
     )
     return wake(session, session.get(Conversation, call.conversation_id))
+
+
+def source_of(call: ToolCall) -> dict:
+    """What an audit event of the call says of the outside agent that asked for it (nothing for the
+    desk's own assistant's calls)."""
+    return {"source": call.source} if call.source is not None else {}
 
 
 def _when(moment) -> str:

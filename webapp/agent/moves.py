@@ -473,8 +473,18 @@ def wake(session: Session, conversation: Conversation, from_statuses=AWAITING) -
     """Move a parked conversation back to queued (compare-and-set); returns the version to enqueue.
 
     The caller commits, then enqueues. None when the conversation was not in one of from_statuses
-    (a running move will pick up the change itself)."""
+    (a running move will pick up the change itself). An outside agent's conversation has no move to
+    make: it is done once its one call is settled (webapp/agent/outside.py)."""
     version = conversation.version
+    if conversation.source is not None:
+        session.execute(
+            update(Conversation)
+            .where(Conversation.id == conversation.id, Conversation.status.in_(from_statuses))
+            .values(version=version + 1, status=ConversationStatus.COMPLETED, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        session.refresh(conversation)
+        return None
     done = session.execute(
         update(Conversation)
         .where(

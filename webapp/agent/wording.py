@@ -46,6 +46,10 @@ def system_prompt(tenant: str, user: str, settings=None) -> str:
 RESULT_CANCELLED = "Cancelled: the conversation was stopped before this call ran. Nothing was done."
 RESULT_CANCELLED_BECAUSE = "Cancelled: the conversation was stopped before this call ran ({reason}). Nothing was done."
 RESULT_NOT_ALLOWED = "Not run: {owner} may not have the assistant use {tool}; {tenant}'s admins choose who may."
+RESULT_OUTSIDE_TOOL = (
+    "Not run: {tool} is a tool of an agent that runs elsewhere; only that agent asks for it. "
+    "Do not call it again in this conversation."
+)
 # Said to the model after RESULT_NOT_ALLOWED; pages leave it out.
 NOT_ALLOWED_HINT = " Do not call it again in this conversation."
 RESULT_CANCELLED_RUNNING = (

@@ -13,8 +13,9 @@ from werkzeug.exceptions import HTTPException
 from webapp import webhooks
 from webapp.accounts import actions as accounts
 from webapp.accounts import policy_actions, webhook_actions
+from webapp.agent import outside
 from webapp.agent import policies as policy_rules
-from webapp.agent.decisions import held_words
+from webapp.agent.decisions import approvals_so_far, held_words
 from webapp.agent.states import CallStatus
 from webapp.agent.transcript import api_messages
 from webapp.api.openapi import document, documented
@@ -22,9 +23,13 @@ from webapp.api.schemas import (
     ApprovalList,
     ApprovalsQuery,
     ApprovalView,
+    AskCall,
     AuditPage,
     AuditQuery,
     BudgetExtended,
+    CallQuery,
+    CallView,
+    CancelCall,
     CancelRequested,
     ClaimApproval,
     ConversationList,
@@ -35,8 +40,12 @@ from webapp.api.schemas import (
     CreateWebhook,
     DecideApproval,
     DecidePolicyChange,
+    DeclareTool,
     DeliveriesQuery,
     ExtendBudget,
+    ExternalToolDeclared,
+    ExternalToolList,
+    ExternalToolView,
     FieldProblem,
     GiveInput,
     InvalidFields,
@@ -50,6 +59,7 @@ from webapp.api.schemas import (
     PolicySaved,
     PolicyView,
     PostMessage,
+    ReportOutcome,
     RevokeToken,
     SetPolicy,
     StartConversation,
@@ -69,6 +79,7 @@ from webapp.api.schemas import (
     query,
 )
 from webapp.approvals import actions as approvals
+from webapp.approvals import outside as outside_actions
 from webapp.audit import queries as audit_queries
 from webapp.conversations import actions as conversations
 from webapp.conversations import event_stream
@@ -76,6 +87,7 @@ from webapp.identity import token_state
 from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools import external
 from webapp.web.errors import Refused, json_error
 from webapp.web.pagination import BadCursor, Page
 from webapp.web.security import api_roles, public
@@ -101,6 +113,11 @@ def _api_error(exc: Refused):
     if isinstance(exc, approvals.EditRefused):  # which argument to change, for programs
         fields = [{"field": f"input.{name}" if name else "input", "problem": p} for name, p in exc.problems.items()]
         return jsonify(error=exc.code, message=exc.message, fields=fields), exc.status
+    if isinstance(exc, outside_actions.OutsideRefused) and exc.field:
+        fields = [{"field": f"input.{name}" if name else "input", "problem": p} for name, p in exc.problems.items()]
+        return jsonify(
+            error=exc.code, message=exc.message, fields=fields or [{"field": exc.field, "problem": exc.message}]
+        ), exc.status
     return json_error(exc.status, exc.code, exc.message)
 
 
@@ -401,30 +418,45 @@ def set_policy(tool: str):
     found = services().tools_for(db.session, g.user.tenant_id).get(tool)
     if found is None:
         raise Refused(404, "not_found", f"There is no tool named {tool[:128]} in your organisation.")
-    now = policy_rules.policy_for(db.session, g.user.tenant_id, found)
-    limits = sent.limits.model_dump() if sent.limits is not None else None
-    values = {
-        "mode": sent.mode,
-        "amount_threshold_cents": sent.threshold_cents,
-        "approvals_required": sent.approvals or max(now.approvals_required, 1),
-        "ttl_seconds": sent.ttl_seconds or now.ttl_seconds,
-        "limits": policy_rules.Limits(**limits) if limits is not None else None,
-    }
-    if "remind_after_seconds" in sent.model_fields_set:
-        values["remind_after_seconds"] = sent.remind_after_seconds
-    if sent.mode == "above_amount" and sent.threshold_cents is None:
-        raise InvalidFields([FieldProblem(field="threshold_cents", problem="is required with above_amount")], [])
+    values = policy_values(sent)(policy_rules.policy_for(db.session, g.user.tenant_id, found))
     try:
         saved = policy_actions.change_policy(db.session, g.user, found, **values)
     except policy_rules.PolicyError as exc:
-        field = _POLICY_FIELDS.get(exc.field or "") or (
-            "limits." + exc.field.removeprefix("limit_") if (exc.field or "").startswith("limit_") else None
-        )
-        fields = [{"field": field, "problem": str(exc)}] if field else []
-        return jsonify(error="invalid_policy", message=str(exc), fields=fields), 422
+        return policy_refused(exc)
     if saved.change is not None:
         return answer(PolicyChangeWaiting(change=PolicyChangeView.of(saved.change)), 202)
     return answer(PolicySaved(policy=PolicyView.of(saved.policy)))
+
+
+def policy_values(sent: SetPolicy) -> Callable[[policy_rules.Policy], dict]:
+    """The policy a request sets, as change_policy's keyword arguments, from the policy in force now
+    (what the request leaves out stays as it is)."""
+    if sent.mode == "above_amount" and sent.threshold_cents is None:
+        raise InvalidFields([FieldProblem(field="threshold_cents", problem="is required with above_amount")], [])
+
+    def values(now: policy_rules.Policy) -> dict:
+        limits = sent.limits.model_dump() if sent.limits is not None else None
+        asked = {
+            "mode": sent.mode,
+            "amount_threshold_cents": sent.threshold_cents,
+            "approvals_required": sent.approvals or max(now.approvals_required, 1),
+            "ttl_seconds": sent.ttl_seconds or now.ttl_seconds,
+            "limits": policy_rules.Limits(**limits) if limits is not None else None,
+        }
+        if "remind_after_seconds" in sent.model_fields_set:
+            asked["remind_after_seconds"] = sent.remind_after_seconds
+        return asked
+
+    return values
+
+
+def policy_refused(exc: policy_rules.PolicyError, prefix: str = ""):
+    """A 422 naming the request field the policy's problem is in."""
+    field = _POLICY_FIELDS.get(exc.field or "") or (
+        "limits." + exc.field.removeprefix("limit_") if (exc.field or "").startswith("limit_") else None
+    )
+    fields = [{"field": prefix + field, "problem": str(exc)}] if field else []
+    return jsonify(error="invalid_policy", message=str(exc), fields=fields), 422
 
 
 @bp.get("/policy-changes")
@@ -454,6 +486,142 @@ def decide_policy_change(change_id: int):
     saved = policy_actions.decide(db.session, g.user, change_id, sent.decision, sent.reason)
     policy = PolicyView.of(saved.policy) if saved.policy is not None else None
     return answer(PolicyChangeDecided(change=PolicyChangeView.of(saved.change), policy=policy))
+
+
+# --- agents that run elsewhere ------------------------------------------------------------------
+
+
+@bp.get("/external-tools")
+@documented("List the tools outside agents ask about", responses={200: ExternalToolList})
+@api_roles("admin")
+def list_external_tools():
+    rows = external.declared(db.session, g.user.tenant_id)
+    return answer(ExternalToolList(tools=[external_tool_view(row) for row in rows]))
+
+
+@bp.put("/external-tools/<name>")
+@documented(
+    "Declare a tool that outside agents ask about",
+    body=DeclareTool,
+    responses={200: ExternalToolDeclared},
+    errors={
+        422: "invalid_tool: a name, schema or argument the desk cannot take (`fields` says which); "
+        "invalid_policy: a policy the tool cannot have.",
+    },
+)
+@api_roles("admin")
+def declare_external_tool(name: str):
+    """Declare it, or declare it again (the policy given is set as PUT /api/policies/{tool} sets it: a
+    loosening waits for another admin, and `change` says so)."""
+    sent = body(DeclareTool)
+    declaration = external.Declaration(
+        description=sent.description,
+        input_schema=sent.input_schema,
+        amount=sent.amount,
+        amount_unit=sent.amount_unit,
+        subject=sent.subject,
+    )
+    try:
+        declared = outside_actions.declare(
+            db.session, g.user, name, declaration, policy_values(sent.policy) if sent.policy is not None else None
+        )
+    except external.DeclarationError as exc:
+        fields = [{"field": exc.field, "problem": str(exc)}] if exc.field and exc.field != "name" else []
+        return jsonify(error="invalid_tool", message=str(exc), fields=fields), 422
+    except policy_rules.PolicyError as exc:
+        return policy_refused(exc, "policy.")
+    change = declared.saved.change if declared.saved is not None else None
+    view = external_tool_view(declared.row)
+    return answer(
+        ExternalToolDeclared(**view.model_dump(), change=PolicyChangeView.of(change) if change is not None else None)
+    )
+
+
+@bp.delete("/external-tools/<name>")
+@documented("Remove a declared tool", responses={200: ExternalToolView})
+@api_roles("admin")
+def remove_external_tool(name: str):
+    """Outside agents can no longer ask for it; its calls so far, and its policy, stay."""
+    row = outside_actions.find_tool(db.session, g.user, name)
+    view = external_tool_view(row)
+    outside_actions.remove(db.session, g.user, name)
+    return answer(view)
+
+
+@bp.post("/calls")
+@documented(
+    "Ask before running a declared tool (outside agents)",
+    body=AskCall,
+    responses={201: CallView, 200: CallView},
+    errors={
+        409: "idempotency_conflict: the key was used for another request.",
+        422: "unknown_tool: no declared tool has that name; invalid_input: `input` does not fit its schema.",
+    },
+)
+@api_roles("agent")
+def ask_call():
+    """201: a new call, approved at once or waiting in the inbox; 200: the call made before with the
+    same idempotency key (the same request)."""
+    sent = body(AskCall)
+    call, created = outside_actions.ask(
+        db.session,
+        g.user,
+        source=sent.source,
+        tool=sent.tool,
+        arguments=sent.input.root,
+        context=sent.context,
+        facts=[fact.model_dump() for fact in sent.facts or []],
+        idempotency_key=sent.idempotency_key,
+    )
+    return answer(call_view(call), 201 if created else 200)
+
+
+@bp.get("/calls/<int:call_id>")
+@documented(
+    "Read an outside agent's call, waiting for its decision",
+    query=CallQuery,
+    responses={200: CallView},
+    errors={403: "forbidden: the call is another agent's.", 429: "too_many_streams: too many waits open."},
+)
+@api_roles(*ROLES)
+def get_call(call_id: int):
+    """With `wait`: answers as soon as the call is decided, or after that many seconds as it is."""
+    asked = query(CallQuery)
+    call = outside_actions.find(db.session, g.user, call_id)
+    call = outside_actions.wait(current_app._get_current_object(), db.session, g.user, call, asked.wait or 0)
+    return answer(call_view(call))
+
+
+@bp.post("/calls/<int:call_id>/outcome")
+@documented(
+    "Report what an approved call did",
+    body=ReportOutcome,
+    responses={200: CallView},
+    errors={
+        403: "not_yours: only the agent whose token asked reports.",
+        409: "not_approved: the call may not run; already_reported: another report was kept.",
+    },
+)
+@api_roles("agent")
+def report_call(call_id: int):
+    sent = body(ReportOutcome)
+    call = outside_actions.report(db.session, g.user, call_id, ok=sent.ok, summary=sent.summary, output=sent.output)
+    return answer(call_view(call))
+
+
+@bp.post("/calls/<int:call_id>/cancel")
+@documented(
+    "Give up a call that waits",
+    body=CancelCall,
+    body_required=False,
+    responses={200: CallView},
+    errors={403: "not_yours: only the agent whose token asked gives it up."},
+)
+@api_roles("agent")
+def cancel_call(call_id: int):
+    """It settles as cancelled and leaves the inbox; a call that no longer waits is answered as it is."""
+    sent = optional_body(CancelCall)
+    return answer(call_view(outside_actions.cancel(db.session, g.user, call_id, (sent.reason or "").strip())))
 
 
 # --- audit log ----------------------------------------------------------------------------------
@@ -594,6 +762,18 @@ def a_page(read: Callable[[], Page]) -> Page:
 def tenant_tools():
     """The tools of the caller's tenant (built-in and MCP): what a call's sentence is read from."""
     return services().tools_for(db.session, g.user.tenant_id)
+
+
+def external_tool_view(row) -> ExternalToolView:
+    tool = external.OutsideTool(row)
+    pending = [
+        change.id for change in policy_actions.changes(db.session, row.tenant_id) if change.tool_name == row.name
+    ]
+    return ExternalToolView.of(row, policy_rules.policy_for(db.session, row.tenant_id, tool), pending)
+
+
+def call_view(call: ToolCall) -> CallView:
+    return CallView.of(call, outside.details(db.session, call), len(approvals_so_far(db.session, call)))
 
 
 def conversation_view(conversation: Conversation) -> ConversationView:

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from webapp.agent.decisions import arguments_hash
+from webapp.agent.outside import STATUS as OUTSIDE_STATUS
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS, holder
 from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
@@ -289,6 +290,118 @@ class CreateWebhook(RequestBody):
     ]
 
 
+class DeclareTool(RequestBody):
+    """A tool an agent that runs elsewhere will ask about (admins): what it does, its arguments' JSON
+    schema, the policy its calls wait under, and which arguments are its money and its subject."""
+
+    description: Annotated[
+        str,
+        _text(2000),
+        Field(description="What the tool does, for reviewers (and for the audit log)."),
+        Rule("must be a non-empty string of at most 2,000 characters"),
+    ]
+    input_schema: Annotated[
+        dict[str, Any],
+        Field(description='The JSON schema of its arguments: {"type": "object", "properties": {...}}.'),
+        Rule('must be a JSON schema object, like {"type": "object", "properties": {...}}'),
+    ]
+    policy: Annotated[
+        SetPolicy | None,
+        Field(
+            description="When its calls wait for people (as PUT /api/policies/{tool}); left out: as now, or, for a "
+            "new tool, every call waits for one approval. A loosening waits for another admin."
+        ),
+        Rule("must be a policy object (mode, threshold_cents, approvals, ...), or null"),
+    ] = None
+    amount: Annotated[
+        str | None,
+        Field(max_length=128, description="The argument that is the money a call moves, for amount rules and limits."),
+        Rule("must be the name of one of the schema's arguments, or null"),
+    ] = None
+    amount_unit: Annotated[
+        Literal["cents", "dollars"],
+        Field(description="What `amount` counts: whole cents (the default) or dollars (a number, or its text)."),
+        Rule('must be "cents" or "dollars"'),
+    ] = "cents"
+    subject: Annotated[
+        str | None,
+        Field(max_length=128, description="The argument that names what a call acts on, for limits per subject."),
+        Rule("must be the name of one of the schema's arguments, or null"),
+    ] = None
+
+
+class CallFact(RequestBody):
+    label: Annotated[
+        str, _text(100), Field(description='What it is, e.g. "Balance"'), Rule("must be 1 to 100 characters")
+    ]
+    value: Annotated[str, _text(1000), Field(description='e.g. "$1,200.00"'), Rule("must be 1 to 1,000 characters")]
+
+
+class AskCall(RequestBody):
+    """An outside agent asks before it runs a declared tool (a person with the agent role)."""
+
+    source: Annotated[
+        str,
+        Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$", description="The agent's name, shown to reviewers."),
+        Rule(
+            "must be the agent's name: 1 to 64 letters, digits, spaces, dots, _ or -, starting with a letter or a digit"
+        ),
+    ]
+    tool: Annotated[
+        str,
+        Field(min_length=1, max_length=128, pattern=NO_NUL, description="A declared tool (GET /api/external-tools)."),
+        Rule("must be the name of a declared tool"),
+    ]
+    input: Annotated[
+        ToolArguments,
+        Field(description="The arguments the agent would run the tool with, as its schema describes them."),
+        Rule("must be a JSON object of the tool's arguments"),
+    ]
+    context: Annotated[
+        str,
+        _text(4000),
+        Field(description="What the reviewer should know: why the agent wants this. Shown as the agent's words."),
+        Rule("must be a non-empty string of at most 4,000 characters"),
+    ]
+    facts: Annotated[
+        list[CallFact] | None,
+        Field(max_length=20, description="Up to 20 facts beside the call, shown as supplied by the agent."),
+        Rule('must be a list of at most 20 {"label", "value"} objects, or null'),
+    ] = None
+    idempotency_key: Annotated[
+        str,
+        Field(min_length=1, max_length=200, pattern=NO_NUL, description="The same key returns the same call."),
+        Rule("must be a string of 1 to 200 characters, unique per call"),
+    ]
+
+
+class ReportOutcome(RequestBody):
+    """What happened when the agent ran an approved call."""
+
+    ok: Annotated[bool, Field(description="It did what it was asked."), Rule("must be true or false")]
+    summary: Annotated[
+        str,
+        _text(2000),
+        Field(description='What it did, in a sentence for people, e.g. "Sent $200.00 to account 17."'),
+        Rule("must be a non-empty string of at most 2,000 characters"),
+    ]
+    output: Annotated[
+        Any,
+        Field(description="What the tool returned, as JSON (at most 64,000 characters)."),
+        Rule("must be JSON"),
+    ] = None
+
+
+class CancelCall(RequestBody):
+    """The agent no longer needs a call that waits."""
+
+    reason: Annotated[
+        str | None,
+        Field(max_length=2000, pattern=NO_NUL, description="Why, for the reviewers and the audit log."),
+        Rule("must be a string of at most 2,000 characters, or null"),
+    ] = None
+
+
 # --- query parameters -------------------------------------------------------------------------------
 
 MAX_ID = 2**63 - 1  # ids are 64-bit; a larger number names nothing (404 in a path, 422 in a query)
@@ -455,6 +568,17 @@ class ConversationsQuery(QueryParameters):
     limit: _page_limit("Conversations", 50) = None
 
 
+class CallQuery(QueryParameters):
+    """How long to wait for a decision before answering."""
+
+    wait: Annotated[
+        Annotated[int, Field(ge=0, le=60)] | None,
+        BeforeValidator(_digits),
+        Field(description="Seconds, up to 60: answer as soon as the call is decided, or when they run out."),
+        Rule("must be a whole number of seconds from 0 to 60"),
+    ] = None
+
+
 class ApprovalsQuery(QueryParameters):
     """A page of the calls waiting for a decision, oldest first."""
 
@@ -566,10 +690,9 @@ def _refusal(model: type[BaseModel], exc: ValidationError) -> InvalidFields:
     problems: dict[str, FieldProblem] = {}
     advice: list[str] = []
     for error in exc.errors(include_url=False, include_context=False, include_input=False):
-        name = str(error["loc"][0]) if error["loc"] else "(body)"
+        name, field = _field_at(model, error["loc"])
         if name in problems:
             continue  # one problem per field: its whole rule
-        field = model.model_fields.get(name) or next((f for f in model.model_fields.values() if f.alias == name), None)
         rule = next((m for m in field.metadata if isinstance(m, Rule)), None) if field else None
         if error["type"] == "extra_forbidden" or field is None:
             problem = "is not a field of this request"
@@ -586,6 +709,31 @@ def _refusal(model: type[BaseModel], exc: ValidationError) -> InvalidFields:
         problems[name] = FieldProblem(field=name, problem=problem)
     listed = list(problems.values())
     return InvalidFields(listed[:MAX_PROBLEMS], advice, unlisted=max(0, len(listed) - MAX_PROBLEMS))
+
+
+def _field_at(model: type[BaseModel], loc: tuple) -> tuple[str, Any]:
+    """The field an error is about, and its dotted name: into a nested request body ("policy.approvals"),
+    so its own rule is said; None for a name the body does not have."""
+    if not loc:
+        return "(body)", None
+    names, field, inside = [], None, model
+    for part in loc:
+        if inside is None or not isinstance(part, str):
+            break
+        field = inside.model_fields.get(part) or next(
+            (f for f in inside.model_fields.values() if f.alias == part), None
+        )
+        names.append(part)
+        if field is None:
+            break
+        inside = next(
+            (kind for kind in (field.annotation, *getattr(field.annotation, "__args__", ())) if _is_body(kind)), None
+        )
+    return ".".join(names), field
+
+
+def _is_body(kind: object) -> bool:
+    return isinstance(kind, type) and issubclass(kind, RequestBody)
 
 
 def _holds_nul(value: object) -> bool:
@@ -676,6 +824,9 @@ class ToolCallView(BaseModel):
     conversation_id: int
     tool_use_id: str = Field(description="The id of the model's tool_use block.")
     name: str = Field(description="The tool's name.")
+    source: str | None = Field(
+        None, description="The outside agent that asked for the call (POST /api/calls); null: the desk's assistant."
+    )
     input: ToolArguments = Field(description="The arguments the tool runs (or ran) with, after any edit.")
     arguments_hash: str = Field(description="The hash of `input`; send it with a decision.")
     status: CallStatus
@@ -714,6 +865,7 @@ class ToolCallView(BaseModel):
             conversation_id=call.conversation_id,
             tool_use_id=call.tool_use_id,
             name=call.name,
+            source=call.source,
             input=call.input,
             arguments_hash=arguments_hash(call.input),
             status=call.status,
@@ -1213,6 +1365,106 @@ class WebhookDeliveryList(BaseModel):
     next_cursor: str | None = Field(description="Send it as `cursor` for the next page; null on the last page.")
 
 
+class ExternalToolView(BaseModel):
+    """A tool that agents running elsewhere ask about, and the policy its calls wait under."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    amount: str | None = Field(description="The argument that is the money a call moves.")
+    amount_unit: Literal["cents", "dollars"]
+    subject: str | None = Field(description="The argument that names what a call acts on.")
+    policy: PolicyView
+    updated_at: Timestamp
+
+    @classmethod
+    def of(cls, row: Any, policy: Any, pending: list[int] = ()) -> ExternalToolView:
+        return cls(
+            name=row.name,
+            description=row.description,
+            input_schema=row.input_schema,
+            amount=row.amount_argument,
+            amount_unit=row.amount_unit,
+            subject=row.subject_argument,
+            policy=PolicyView.of(policy, pending),
+            updated_at=row.updated_at,
+        )
+
+
+class ExternalToolDeclared(ExternalToolView):
+    """The tool as declared now; `change`: the policy asked for loosens it, so it waits for another admin."""
+
+    change: PolicyChangeView | None = Field(description="A policy change waiting for a second admin, if one does.")
+
+
+class ExternalToolList(BaseModel):
+    tools: list[ExternalToolView]
+
+
+class CallOutcomeView(BaseModel):
+    ok: bool
+    summary: str
+    output: Any = None
+    reported_at: Timestamp
+
+
+class CallView(BaseModel):
+    """A call an outside agent asked about: the decision, and the arguments to run it with."""
+
+    id: int = Field(description="The same id as in the inbox and GET /api/approvals.")
+    source: str
+    tool: str
+    status: Literal["waiting", "approved", "rejected", "expired", "cancelled"] = Field(
+        description="approved: run it with `input` (then report what happened); the others: do not run it."
+    )
+    input: ToolArguments = Field(description="The arguments to run it with: a reviewer's edit, if one was made.")
+    edited: bool = Field(description="A reviewer changed the arguments the agent asked for.")
+    asked_input: ToolArguments = Field(description="The arguments the agent asked for.")
+    reason: str | None = Field(description="The reviewer's reason, or why the desk settled it.")
+    decided_by: str | None = Field(description="The email of the reviewer who settled it; null: its policy did.")
+    decided_at: Timestamp | None
+    approvals: int = Field(description="Approvals so far.")
+    approvals_required: int = Field(description="0: its policy let it run with no person.")
+    rule: str | None = Field(description="The policy it waits under, in words (null: it did not wait).")
+    expires_at: Timestamp | None = Field(description="When it expires undecided, while it waits.")
+    context: str
+    facts: list[FactView]
+    outcome: CallOutcomeView | None = Field(description="What the agent reported it did; null until it reports.")
+    created_at: Timestamp
+
+    @classmethod
+    def of(cls, call: ToolCall, asked: Any, approvals: int) -> CallView:
+        settled_by_desk = call.status in (CallStatus.EXPIRED, CallStatus.CANCELLED)
+        outcome = None
+        if asked.outcome_ok is not None:
+            outcome = CallOutcomeView(
+                ok=asked.outcome_ok,
+                summary=asked.outcome_summary or "",
+                output=asked.outcome_output,
+                reported_at=asked.outcome_at,
+            )
+        return cls(
+            id=call.id,
+            source=call.source,
+            tool=call.name,
+            status=OUTSIDE_STATUS[call.status],
+            input=call.input,
+            edited=call.original_input is not None,
+            asked_input=call.original_input or call.input,
+            reason=call.result if settled_by_desk else call.decision_reason,
+            decided_by=call.decided_by.email if call.decided_by else None,
+            decided_at=call.decided_at,
+            approvals=approvals,
+            approvals_required=call.approvals_required,
+            rule=(call.policy or {}).get("rule") if call.requires_approval else None,
+            expires_at=call.expires_at if call.status == CallStatus.AWAITING_APPROVAL else None,
+            context=asked.context,
+            facts=[FactView(label=fact["label"], value=fact["value"]) for fact in asked.facts or []],
+            outcome=outcome,
+            created_at=call.created_at,
+        )
+
+
 # --- event webhooks' bodies (the document's `webhooks`; webapp/webhooks.py builds them) ----------------
 
 
@@ -1224,6 +1476,9 @@ class _CallEventData(_EventData):
     call_id: int
     conversation_id: int
     tool: str = Field(description="The tool's name.")
+    source: str | None = Field(
+        description="The outside agent that asked for the call (POST /api/calls); null: the desk's assistant."
+    )
 
 
 class ApprovalRequestedData(_CallEventData):

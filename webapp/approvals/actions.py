@@ -261,6 +261,7 @@ def decide(
             "policy_version": (call.policy or {}).get("version"),
             "approvals": len(decisions.approvals_so_far(session, call)),
             "approvals_required": call.approvals_required,
+            **decisions.source_of(call),
         },
     )
     return call

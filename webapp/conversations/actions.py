@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.agent import moves
+from webapp.agent import moves, outside
 from webapp.agent.loop import ConversationBusy
 from webapp.agent.states import IDLE, ConversationStatus
 from webapp.models import Conversation, ToolCall, User
@@ -166,6 +166,11 @@ def stop_all_of(session: Session, actor: User, owner: User, reason: str) -> list
     ).all()
     stopped = []
     for conversation in stopping:
+        if conversation.source is not None:  # an outside agent's call: no move to stop, the call settles here
+            for call in session.scalars(select(ToolCall).where(ToolCall.conversation_id == conversation.id)):
+                outside.cancel(session, call, actor, reason)
+            stopped.append((conversation, None))
+            continue
         status = conversation.status
         version = moves.request_cancel(session, conversation, actor.id, reason)
         audit_chain.record(

@@ -18,7 +18,7 @@ from webapp.llm.endpoints import choice_for
 from webapp.models import Conversation, Tenant
 from webapp.runtime.queue import Dispatcher
 from webapp.runtime.webhook_trigger import Subscribed
-from webapp.tools import mcp
+from webapp.tools import external, mcp
 from webapp.tools.registry import ToolRegistry
 
 
@@ -42,7 +42,8 @@ class Services:
     _tenant_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def tenant_tools(self, session: Session, tenant_id: int, version: int | None = None) -> TenantTools:
-        """The tenant's registry (the built-in tools and its MCP servers' tools, webapp/tools/mcp.py) and
+        """The tenant's registry (the built-in tools, its MCP servers' tools, webapp/tools/mcp.py, and the
+        tools its outside agents declared, webapp/tools/external.py) and
         its access rules, kept per process while the tenant's tools_version holds. `version`: that
         version as the caller read it in this transaction (a move's claim does), else it is read. A
         copy read after the version was is never older than it, so none is kept past a change."""
@@ -51,9 +52,10 @@ class Services:
         kept = self._tenant_tools.get(tenant_id)
         if kept is not None and kept.version == version:
             return kept
-        remote = mcp.tenant_tools(session, self.config, tenant_id)
+        more: list = mcp.tenant_tools(session, self.config, tenant_id)
+        more += external.tenant_tools(session, tenant_id, {*self.tools.names(), *(tool.name for tool in more)})
         kept = TenantTools(
-            version, self.tools.extended(remote) if remote else self.tools, access.accesses(session, tenant_id)
+            version, self.tools.extended(more) if more else self.tools, access.accesses(session, tenant_id)
         )
         with self._tenant_lock:
             self._tenant_tools[tenant_id] = kept

@@ -49,14 +49,12 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
 import httpx2
-import jsonschema
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -64,13 +62,11 @@ from webapp import audit_chain, outbound, sealing
 from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
 from webapp.tools import presenting
+from webapp.tools.described import UNITS, DescribedTool, money_in_cents, schema_problem
 from webapp.tools.registry import (
-    Concern,
     Fact,
-    InvalidInput,
     Record,
     Review,
-    Tool,
     ToolContext,
     ToolError,
     wrap_output,
@@ -665,23 +661,14 @@ def fingerprint(description: str, input_schema: Any, annotations: dict) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def schema_problem(schema: Any) -> str | None:
-    """Why an input schema cannot be used (None: it can)."""
-    if not isinstance(schema, dict) or schema.get("type") != "object":
-        return "its input schema is not a JSON schema of an object"
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return f"its input schema is not valid JSON schema ({exc.message})"
-    return None
-
-
 # --- the tool ----------------------------------------------------------------------------------------
 
 
-class McpRemoteTool(Tool):
+class McpRemoteTool(DescribedTool):
     """One tool of an MCP server as its tenant's registry holds it: the definition an admin accepted,
     run on the server through the MCP client."""
+
+    writes_database = False  # it waits on its server: no transaction (nor SQLite's write lock) meanwhile
 
     def __init__(self, row: McpTool, access: Access, *, as_changed: bool = False) -> None:
         """The tool as an admin accepted it; `as_changed`: as its server describes it now (a held
@@ -698,7 +685,7 @@ class McpRemoteTool(Tool):
             f"{(description or '').strip() or row.remote_name} "
             f"(A tool of the MCP server {access.server}; its results are external data.)"
         )
-        self._schema = (row.current_input_schema if as_changed else row.input_schema) or {"type": "object"}
+        self.use_schema(row.current_input_schema if as_changed else row.input_schema)
         self._accepted = row.current_fingerprint if as_changed else row.fingerprint
         self.held = row.held and not as_changed
         self.read_only, self.destructive = read_only_and_destructive(hints)
@@ -706,13 +693,8 @@ class McpRemoteTool(Tool):
         # says may destroy data (even one that also says it only reads).
         self.sensitive = not self.read_only or self.destructive
         self.repeatable = (self.read_only and not self.destructive) or hints.get("idempotentHint") is True
-        strict = {**self._schema, "additionalProperties": self._schema.get("additionalProperties", False)}
-        self._validator = jsonschema.validators.validator_for(strict)(strict)
         self.mapping = row.mapping or {}
         self.companion: McpRemoteTool | None = None  # the read-only tool whose result is the facts (tenant_tools)
-
-    def input_schema(self) -> dict:
-        return self._schema
 
     # What an admin mapped of its arguments (set_mapping): the money, the subject, the facts.
 
@@ -756,9 +738,6 @@ class McpRemoteTool(Tool):
             raise McpError(f"The MCP server {self.server} could not be read ({exc}).") from None
         return self._output(result)
 
-    def definition(self) -> dict:
-        return {"name": self.name, "description": self.description, "input_schema": self._schema}
-
     def unavailable(self) -> str | None:
         if self.held:
             return (
@@ -766,19 +745,6 @@ class McpRemoteTool(Tool):
                 "an admin accepted it, and an admin has to look at the change first. It was not called."
             )
         return None
-
-    def parse(self, raw_input: Any) -> dict:
-        if not isinstance(raw_input, dict):
-            raise InvalidInput("input: must be an object", [Concern("The arguments must be an object.")])
-        errors = sorted(self._validator.iter_errors(raw_input), key=lambda e: [str(p) for p in e.path])
-        if errors:
-            concerns = []
-            for error in errors[:5]:
-                where = str(error.path[0]) if error.path else None
-                concerns.append(Concern(f"{where}: {error.message}." if where else f"{error.message}.", where))
-            summary = "; ".join(f"{'.'.join(map(str, e.path)) or 'input'}: {e.message}" for e in errors[:5])
-            raise InvalidInput(summary, concerns)
-        return dict(raw_input)
 
     def execute(self, input: dict, context: ToolContext) -> Any:  # noqa: A002 - the API's word
         tries, wait, last = self.access.tries, self.access.retry_seconds, ""
@@ -1259,24 +1225,7 @@ def tenant_tools(session: Session, config: Config, tenant_id: int) -> list[McpRe
 
 # --- what an admin maps of a tool's arguments ------------------------------------------------------
 
-UNITS = ("cents", "dollars")
 FACTS_SECONDS = 10.0  # the longest a decision page waits for a tool's facts
-
-
-def money_in_cents(value: Any, unit: str) -> int | None:
-    """An argument's money in cents: whole cents, or dollars as a number or its text ("12.50")."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if unit == "cents":
-        return value if isinstance(value, int) else None
-    try:
-        dollars = Decimal(str(value)) if isinstance(value, int | float | str) else None
-    except InvalidOperation:
-        return None
-    if dollars is None or not dollars.is_finite():
-        return None
-    cents = dollars * 100
-    return int(cents) if cents == cents.to_integral_value() and abs(cents) < 2**31 else None
 
 
 def set_mapping(

@@ -15,6 +15,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -132,6 +133,13 @@ class Tool:
     # waits (an operator changes it per tool with `flask ceiling set`). None: no ceiling. For a tool
     # whose calls move money (`amount`).
     ceiling_cents: ClassVar[int | None] = None
+    # False for a tool an outside agent declared (webapp/tools/external.py): it has a policy here, but
+    # runs in that agent's code, so the desk's model is never offered it and the desk never runs it.
+    runs_here: ClassVar[bool] = True
+    # False for a tool that writes nothing to the desk's database (a remote tool): it runs outside any
+    # transaction, so a slow server holds no lock meanwhile (SQLite has one writer, and BEGIN IMMEDIATE
+    # makes every transaction one). True: it runs in a savepoint, undone if it fails.
+    writes_database: ClassVar[bool] = True
 
     @classmethod
     def input_schema(cls) -> dict:
@@ -263,7 +271,7 @@ class ToolRegistry:
             defs = [
                 tool.definition()
                 for name, tool in self._tools.items()
-                if (only is None or name in only) and tool.unavailable() is None
+                if (only is None or name in only) and tool.runs_here and tool.unavailable() is None
             ]
             if defs:
                 defs[-1] = {**defs[-1], "cache_control": {"type": "ephemeral"}}
@@ -343,6 +351,8 @@ class ToolRegistry:
         if problem:
             return ToolOutcome(problem, True)
         tool = self._tools[name]
+        if not tool.runs_here:
+            return ToolOutcome(f"The tool {name} is run by an outside agent, not here; nothing was done.", True)
         return self._call(
             tool,
             context,
@@ -373,7 +383,7 @@ class ToolRegistry:
         started = time.perf_counter()
         try:
             # A savepoint, so a tool that fails half-way leaves none of its writes behind.
-            with context.session.begin_nested():
+            with context.session.begin_nested() if tool.writes_database else nullcontext():
                 output = work()
         except ToolError as exc:
             exc.record(context)

@@ -1,0 +1,295 @@
+"""Approvals for agents that run elsewhere: declared tools, POST /api/calls, the same gate and inbox as
+the assistant's calls, waiting for the decision, and the agent's report of what it did."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from webapp import webhooks
+from webapp.agent import decisions
+from webapp.models import AuditEvent, Conversation, ExternalCall, ToolCall, utcnow
+from webapp.runtime.services import services
+
+AGENT, REVIEWER, REVIEWER2, ADMIN, ADMIN2 = (
+    "agent@acme.test",
+    "reviewer@acme.test",
+    "reviewer2@acme.test",
+    "admin@acme.test",
+    "admin2@acme.test",
+)
+TRANSFER = {
+    "description": "Send money from the treasury account to a supplier's account.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "amount_cents": {"type": "integer", "minimum": 1},
+            "account": {"type": "string"},
+            "memo": {"type": "string"},
+        },
+        "required": ["amount_cents", "account"],
+    },
+    "amount": "amount_cents",
+    "subject": "account",
+}
+
+
+def declare(api, policy=None, name="transfer", **more):
+    body = {**TRANSFER, **more}
+    if policy is not None:
+        body["policy"] = policy
+    return api.as_(ADMIN).put(f"/api/external-tools/{name}", json=body)
+
+
+def ask(api, amount=30_000, key="k1", **more):
+    body = {
+        "source": "treasury-bot",
+        "tool": "transfer",
+        "input": {"amount_cents": amount, "account": "ACME-17", "memo": "invoice 88"},
+        "context": "Supplier invoice 88 is due today.",
+        "facts": [{"label": "Balance", "value": "$12,000.00"}],
+        "idempotency_key": key,
+        **more,
+    }
+    return api.as_(AGENT).post("/api/calls", json=body)
+
+
+def last_event(read) -> int:
+    """The newest audit event's id: the audit log outlives each test (it is append-only) while ids of
+    calls start again, so a test reads the events after it."""
+    return read(lambda s: s.scalar(select(func.coalesce(func.max(AuditEvent.id), 0))))
+
+
+def test_a_declared_tool_waits_by_default_and_an_edited_call_needs_two_people(api, read):
+    before = last_event(read)
+    declared = declare(api, policy={"mode": "always", "approvals": 2})
+    assert declared.status_code == 200, declared.json
+    assert declared.json["policy"]["mode"] == "always" and declared.json["policy"]["approvals"] == 2
+    assert declared.json["change"] is None  # stricter than the default (one approval): in force at once
+    assert [tool["name"] for tool in api.as_(ADMIN).get("/api/external-tools").json["tools"]] == ["transfer"]
+
+    asked = ask(api)
+    assert asked.status_code == 201, asked.json
+    call = asked.json
+    assert call["status"] == "waiting" and call["source"] == "treasury-bot" and call["approvals_required"] == 2
+    assert call["input"] == {"amount_cents": 30_000, "account": "ACME-17", "memo": "invoice 88"}
+    assert call["facts"] == [{"label": "Balance", "value": "$12,000.00"}] and call["expires_at"]
+
+    # the same inbox and the same id as the assistant's calls
+    waiting = api.as_(REVIEWER).get("/api/approvals").json["approvals"]
+    assert [(row["id"], row["source"], row["name"]) for row in waiting] == [(call["id"], "treasury-bot", "transfer")]
+    approval = api.as_(REVIEWER).get(f"/api/approvals/{call['id']}").json
+    assert approval["review"]["records"][0]["facts"] == [{"label": "Balance", "value": "$12,000.00"}]
+    assert "Supplied by treasury-bot" in approval["review"]["records"][0]["title"]
+
+    edited = api.as_(REVIEWER).post(
+        f"/api/approvals/{call['id']}",
+        json={"decision": "approve", "input": {"amount_cents": 20_000, "account": "ACME-17", "memo": "invoice 88"}},
+    )
+    assert edited.status_code == 200, edited.json
+    still = api.as_(AGENT).get(f"/api/calls/{call['id']}").json
+    assert still["status"] == "waiting" and still["approvals"] == 1 and still["input"]["amount_cents"] == 20_000
+
+    second = api.as_(REVIEWER2).post(f"/api/approvals/{call['id']}", json={"decision": "approve"})
+    assert second.status_code == 200, second.json
+    decided = api.as_(AGENT).get(f"/api/calls/{call['id']}").json
+    assert decided["status"] == "approved" and decided["edited"] is True
+    assert decided["input"]["amount_cents"] == 20_000 and decided["asked_input"]["amount_cents"] == 30_000
+    assert decided["decided_by"] == REVIEWER2 and decided["approvals"] == 2 and decided["outcome"] is None
+    # no move follows: the call's conversation is done, and nothing was enqueued for it
+    assert read(lambda s: s.get(Conversation, call_conversation(s, call["id"])).status) == "completed"
+    assert services().dispatcher.people_queue.count == 0 and services().dispatcher.queue.count == 0
+
+    reported = api.as_(AGENT).post(
+        f"/api/calls/{call['id']}/outcome",
+        json={"ok": True, "summary": "Sent $200.00 to ACME-17.", "output": {"ref": 9}},
+    )
+    assert reported.status_code == 200, reported.json
+    assert reported.json["outcome"]["summary"] == "Sent $200.00 to ACME-17." and reported.json["outcome"]["ok"]
+    assert read(lambda s: s.get(ToolCall, call["id"]).status) == "succeeded"
+    again = api.as_(AGENT).post(f"/api/calls/{call['id']}/outcome", json={"ok": False, "summary": "Other."})
+    assert again.status_code == 409 and again.json["error"] == "already_reported"
+
+    actions = read(
+        lambda s: s.scalars(
+            select(AuditEvent.action)
+            .where(AuditEvent.tool_call_id == call["id"], AuditEvent.id > before)
+            .order_by(AuditEvent.id)
+        ).all()
+    )
+    assert actions == [
+        "tool_call_requested",
+        "approval_requested",
+        "approval_decided",
+        "approval_decided",
+        "call_outcome_reported",
+    ]
+
+
+def call_conversation(session, call_id: int) -> int:
+    return session.get(ToolCall, call_id).conversation_id
+
+
+def test_a_policy_that_lets_calls_run_waits_for_a_second_admin_then_small_calls_run_at_once(api):
+    declared = declare(api, policy={"mode": "above_amount", "threshold_cents": 10_000})
+    assert declared.status_code == 200
+    change = declared.json["change"]
+    assert change is not None and change["status"] == "pending"
+    assert declared.json["policy"]["mode"] == "always"  # not in force yet
+    assert ask(api, amount=5_000, key="small-1").json["status"] == "waiting"
+
+    assert api.as_(ADMIN2).post(f"/api/policy-changes/{change['id']}", json={"decision": "approve"}).status_code == 200
+    small = ask(api, amount=5_000, key="small-2").json
+    assert small["status"] == "approved" and small["approvals_required"] == 0 and small["rule"] is None
+    big = ask(api, amount=50_000, key="big").json
+    assert big["status"] == "waiting" and "above $100.00" in big["rule"]
+
+
+def test_the_same_key_returns_the_same_call_and_another_request_under_it_is_refused(api, read):
+    declare(api)
+    first = ask(api, key="same")
+    repeated = ask(api, key="same")
+    assert first.status_code == 201 and repeated.status_code == 200
+    assert repeated.json["id"] == first.json["id"]
+    other = ask(api, amount=999, key="same")
+    assert other.status_code == 409 and other.json["error"] == "idempotency_conflict"
+    assert f"call {first.json['id']}" in other.json["message"]
+    assert read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 1
+
+
+def test_an_undeclared_tool_or_input_outside_its_schema_is_refused_in_words_and_nothing_is_kept(api, read):
+    unknown = ask(api, tool="wire")
+    assert unknown.status_code == 422 and unknown.json["error"] == "unknown_tool"
+    assert "declared" in unknown.json["message"]
+    declare(api)
+    bad = ask(api, input={"amount_cents": "300", "account": "ACME-17", "colour": "red"})
+    assert bad.status_code == 422 and bad.json["error"] == "invalid_input"
+    fields = {problem["field"] for problem in bad.json["fields"]}
+    assert "input.amount_cents" in fields
+    missing = api.as_(AGENT).post("/api/calls", json={"source": "treasury-bot", "tool": "transfer"})
+    assert missing.status_code == 422 and {"input", "context", "idempotency_key"} <= {
+        problem["field"] for problem in missing.json["fields"]
+    }
+    assert read(lambda s: s.scalar(select(func.count(ToolCall.id)))) == 0
+    assert read(lambda s: s.scalar(select(func.count(Conversation.id)))) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        ({"name_in_url": "mcp_x"}, None, "MCP"),
+        ({"name_in_url": "issue_refund"}, None, "desk's own"),
+        ({"name_in_url": "bad name"}, None, "letters, digits"),
+        ({"input_schema": {"type": "array"}}, "input_schema", "object"),
+        ({"amount": "value"}, "amount", "amount_cents"),
+        ({"description": "   "}, "description", "description"),
+    ],
+)
+def test_a_declaration_the_desk_cannot_take_is_refused_in_words(api, read, body, field, says):
+    name = body.pop("name_in_url", "transfer")
+    response = declare(api, name=name, **body)
+    assert response.status_code == 422, response.json
+    assert says in response.json["message"] or says in str(response.json.get("fields"))
+    if field is not None:
+        assert field in {problem["field"] for problem in response.json["fields"]}
+    assert api.as_(ADMIN).get("/api/external-tools").json["tools"] == []
+
+
+def test_a_refused_policy_keeps_nothing_of_the_declaration(api):
+    response = declare(api, policy={"mode": "above_amount", "threshold_cents": 10_000, "approvals": 9})
+    assert response.status_code == 422 and response.json["fields"][0]["field"] == "policy.approvals"
+    assert api.as_(ADMIN).get("/api/external-tools").json["tools"] == []
+
+
+def test_waiting_answers_as_soon_as_the_call_is_decided(api, app):
+    declare(api)
+    call = ask(api).json
+    assert api.as_(AGENT).get(f"/api/calls/{call['id']}?wait=0").json["status"] == "waiting"
+
+    def reject_soon():
+        time.sleep(0.5)
+        with app.app_context():
+            api.as_(REVIEWER).post(
+                f"/api/approvals/{call['id']}", json={"decision": "reject", "reason": "Wrong account."}
+            )
+
+    thread = threading.Thread(target=reject_soon)
+    thread.start()
+    waited = api.as_(AGENT).get(f"/api/calls/{call['id']}?wait=60")
+    thread.join()
+    assert waited.status_code == 200
+    assert waited.json["status"] == "rejected" and waited.json["reason"] == "Wrong account."
+    assert waited.json["decided_by"] == REVIEWER
+    refused = api.as_(AGENT).post(f"/api/calls/{call['id']}/outcome", json={"ok": True, "summary": "Sent."})
+    assert refused.status_code == 409 and refused.json["error"] == "not_approved"
+    bad_wait = api.as_(AGENT).get(f"/api/calls/{call['id']}?wait=61")
+    assert bad_wait.status_code == 422 and bad_wait.json["fields"][0]["field"] == "wait"
+
+
+def test_an_outside_call_expires_and_its_agent_is_told_without_a_move(api, app, read):
+    from webapp.runtime.extensions import db
+
+    declare(api)
+    call = ask(api).json
+    db.session.execute(ToolCall.__table__.update().values(expires_at=utcnow()))
+    db.session.commit()
+    assert decisions.expire_due(db.session) == []  # nothing to enqueue
+    db.session.commit()
+    shown = api.as_(AGENT).get(f"/api/calls/{call['id']}").json
+    assert shown["status"] == "expired" and shown["reason"]
+    assert read(lambda s: s.get(Conversation, call_conversation(s, call["id"])).status) == "completed"
+
+
+def test_an_agent_gives_up_a_waiting_call_and_a_disabled_agents_calls_are_cancelled(api, read):
+    declare(api)
+    first = ask(api, key="a").json
+    given_up = api.as_(AGENT).post(f"/api/calls/{first['id']}/cancel", json={"reason": "Paid by cheque instead."})
+    assert given_up.status_code == 200 and given_up.json["status"] == "cancelled"
+    assert api.as_(REVIEWER).get("/api/approvals").json["approvals"] == []
+
+    second = ask(api, key="b").json
+    agent_id = read(lambda s: s.get(ToolCall, second["id"]).acting_user_id)
+    from webapp.accounts import actions as accounts
+    from webapp.models import User
+    from webapp.runtime.extensions import db
+
+    admin = db.session.scalar(select(User).where(User.email == ADMIN))
+    accounts.disable_user(db.session, admin, db.session.get(User, agent_id))
+    db.session.commit()
+    call = read(lambda s: s.get(ToolCall, second["id"]))
+    assert call.status == "cancelled" and "disabled" in call.result
+
+
+def test_only_supervisors_and_the_asking_agent_read_a_call_and_the_model_is_never_offered_a_declared_tool(api, app):
+    declare(api)
+    call = ask(api).json
+    assert api.as_(REVIEWER).get(f"/api/calls/{call['id']}").status_code == 200
+    assert api.as_("agent@globex.test").get(f"/api/calls/{call['id']}").status_code == 404
+    from webapp.runtime.extensions import db
+
+    registry = services().tools_for(db.session, 1)
+    assert "transfer" in registry.names()
+    assert "transfer" not in {definition["name"] for definition in registry.definitions()}
+
+
+def test_the_decided_event_names_the_outside_agent(api, read):
+    before = last_event(read)
+    declare(api)
+    call = ask(api).json
+    api.as_(REVIEWER).post(f"/api/approvals/{call['id']}", json={"decision": "approve"})
+    events = read(
+        lambda s: s.scalars(
+            select(AuditEvent)
+            .where(
+                AuditEvent.tool_call_id == call["id"], AuditEvent.action.in_(webhooks.ACTIONS), AuditEvent.id > before
+            )
+            .order_by(AuditEvent.id)
+        ).all()
+    )
+    made = [webhooks.event_of(event) for event in events]
+    assert [kind for kind, _ in made] == ["approval.requested", "approval.decided"]
+    assert all(data["source"] == "treasury-bot" for _, data in made)
+    assert made[1][1]["decision"] == "approve" and made[1][1]["input"]["amount_cents"] == 30_000

@@ -1,0 +1,211 @@
+"""What outside agents and the admins who declare their tools do through the API (webapp/agent/outside.py
+has the calls' domain, webapp/tools/external.py the declared tools): declare a tool, ask about a call,
+wait for its decision, report what it did, give it up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from flask import Flask
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from webapp import audit_chain
+from webapp.accounts import policy_actions
+from webapp.agent import outside, policies
+from webapp.agent.states import CallStatus
+from webapp.conversations.actions import SUPERVISING
+from webapp.models import ExternalTool, ToolCall, User
+from webapp.runtime.extensions import db
+from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
+from webapp.runtime.services import services
+from webapp.tools import external
+from webapp.web.errors import Refused
+
+MAX_WAIT_SECONDS = 60
+LOOK_SECONDS = 2.0  # a wait reads the call again at least this often (a lost signal costs no more)
+OUTSIDE_STATUS = {
+    "unknown_tool": 422,
+    "invalid_input": 422,
+    "idempotency_conflict": 409,
+    "not_yours": 403,
+    "not_approved": 409,
+    "already_reported": 409,
+    "too_large": 422,
+}
+
+
+class OutsideRefused(Refused):
+    """An outside call refused: `field` names the request field to change, `problems` the arguments."""
+
+    def __init__(self, exc: outside.OutsideError) -> None:
+        super().__init__(OUTSIDE_STATUS.get(exc.code, 409), exc.code, exc.message)
+        self.field, self.problems = exc.field, exc.problems
+
+
+# --- declared tools -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Declared:
+    row: ExternalTool
+    saved: policy_actions.Saved | None  # the policy asked for with it, if one was
+
+
+def declare(
+    session: Session,
+    admin: User,
+    name: str,
+    declaration: external.Declaration,
+    policy: Callable[[policies.Policy], dict] | None,
+) -> Declared:
+    """Declare (or declare again) a tool of the tenant's outside agents, with the policy asked for:
+    change_policy's keyword arguments from the policy in force (a loosening waits for a second admin,
+    as on the Policies page). Commits; nothing is kept when any of it is refused (DeclarationError,
+    PolicyError)."""
+    registry = services().tools_for(session, admin.tenant_id)
+    taken = {tool for tool in registry.names() if registry.get(tool).runs_here}
+    external.check(name, declaration, taken)
+    created = external.find(session, admin.tenant_id, name) is None
+    row = external.declare(session, admin.tenant_id, name, declaration, admin.id)
+    audit_chain.record(
+        session,
+        "external_tool_declared",
+        tenant_id=admin.tenant_id,
+        actor=admin,
+        tool_name=name,
+        data={
+            "created": created,
+            "description": row.description,
+            "input_schema": row.input_schema,
+            "amount": row.amount_argument,
+            "amount_unit": row.amount_unit,
+            "subject": row.subject_argument,
+        },
+    )
+    saved = None
+    if policy is not None:
+        tool = external.OutsideTool(row)
+        saved = policy_actions.change_policy(
+            session, admin, tool, **policy(policies.policy_for(session, admin.tenant_id, tool))
+        )
+    session.commit()  # (a policy that took effect or waits committed already; an unchanged one did not)
+    return Declared(row, saved)
+
+
+def remove(session: Session, admin: User, name: str) -> ExternalTool:
+    """Take a declared tool away: outside agents can no longer ask for it (its calls so far stay)."""
+    row = find_tool(session, admin, name)
+    audit_chain.record(session, "external_tool_removed", tenant_id=admin.tenant_id, actor=admin, tool_name=name)
+    session.delete(row)
+    session.commit()
+    return row
+
+
+def find_tool(session: Session, admin: User, name: str) -> ExternalTool:
+    row = external.find(session, admin.tenant_id, name)
+    if row is None:
+        raise Refused(404, "not_found", f"No tool named {name[:128]} is declared for outside agents.")
+    return row
+
+
+# --- calls ----------------------------------------------------------------------------------------------
+
+
+def ask(session: Session, agent: User, **request: Any) -> tuple[ToolCall, bool]:
+    """The call for this request (webapp/agent/outside.py `ask`), committed and on the inbox pages."""
+    tools = services().tools_for(session, agent.tenant_id)
+    try:
+        call, created = outside.ask(session, agent, tools, **request)
+    except outside.OutsideError as exc:
+        raise OutsideRefused(exc) from None
+    if created:
+        session.commit()
+        services().dispatcher.changed(call.tenant_id, call.conversation_id)
+    return call, created
+
+
+def find(session: Session, user: User, call_id: int) -> ToolCall:
+    """An outside call this person may read: of their tenant, and their own unless they supervise."""
+    call = session.scalar(
+        select(ToolCall).where(
+            ToolCall.id == call_id, ToolCall.tenant_id == user.tenant_id, ToolCall.source.is_not(None)
+        )
+    )
+    if call is None:
+        raise Refused(404, "not_found", f"No call {call_id} from an outside agent in your account.")
+    if call.acting_user_id != user.id and not any(user.has_role(role) for role in SUPERVISING):
+        raise Refused(403, "forbidden", "This call was asked for by another agent.")
+    return call
+
+
+def wait(app: Flask, session: Session, user: User, call: ToolCall, seconds: int) -> ToolCall:
+    """The call once it no longer waits for a decision, or as it is after `seconds`. The wait holds no
+    database session: it follows the call's live channel (the pages' own) and reads the call again
+    when something changed, and every LOOK_SECONDS in case a signal was lost."""
+    if seconds <= 0 or call.status != CallStatus.AWAITING_APPROVAL:
+        return call
+    call_id, conversation_id, user_id = call.id, call.conversation_id, user.id
+    db.session.remove()
+    try:
+        dispatcher = services().dispatcher
+        listener = dispatcher.live.listen(user_id, [dispatcher.conversation_channel(conversation_id)])
+    except TooManyStreams:
+        raise Refused(
+            429, "too_many_streams", "Too many waits and live streams are open, yours or this server's; try again."
+        ) from None
+    except (redis.RedisError, OSError):
+        listener = None  # Redis is away: read the call every LOOK_SECONDS instead
+
+    def waiting() -> bool:
+        with app.app_context():
+            try:
+                return db.session.scalar(select(ToolCall.status).where(ToolCall.id == call_id)) == (
+                    CallStatus.AWAITING_APPROVAL
+                )
+            except SQLAlchemyError:
+                return True
+            finally:
+                db.session.remove()
+
+    deadline = time.monotonic() + seconds
+    try:
+        while waiting() and (left := deadline - time.monotonic()) > 0:
+            if listener is None:
+                time.sleep(min(LOOK_SECONDS, left))
+            elif listener.get(timeout=min(LOOK_SECONDS, left)) is INTERRUPTED:
+                listener.close()
+                listener = None
+    finally:
+        if listener is not None:
+            listener.close()
+    return db.session.get(ToolCall, call_id)
+
+
+def report(session: Session, agent: User, call_id: int, *, ok: bool, summary: str, output: Any) -> ToolCall:
+    call = find(session, agent, call_id)
+    try:
+        changed = outside.report(session, agent, call, ok=ok, summary=summary, output=output)
+    except outside.OutsideError as exc:
+        raise OutsideRefused(exc) from None
+    if changed:
+        session.commit()
+        services().dispatcher.changed(call.tenant_id, call.conversation_id)
+    return call
+
+
+def cancel(session: Session, agent: User, call_id: int, reason: str) -> ToolCall:
+    """The agent gives up a call that still waits (answered the same when it no longer waits)."""
+    call = find(session, agent, call_id)
+    if call.acting_user_id != agent.id:
+        raise Refused(403, "not_yours", "Only the agent whose token asked for this call gives it up.")
+    if call.status == CallStatus.AWAITING_APPROVAL:
+        outside.cancel(session, call, agent, reason or f"{call.source} no longer needs it.")
+        session.commit()
+        services().dispatcher.changed(call.tenant_id, call.conversation_id)
+    return call
