@@ -83,7 +83,9 @@ def index():
 
 
 def open_conversations(user: User) -> dict:
-    mine = (Conversation.tenant_id == user.tenant_id) & (Conversation.user_id == user.id)
+    mine = (
+        (Conversation.tenant_id == user.tenant_id) & (Conversation.user_id == user.id) & Conversation.source.is_(None)
+    )
     is_open = Conversation.status.in_([status.value for status in OPEN])
     rows = db.session.scalars(
         select(Conversation).where(mine, is_open).order_by(Conversation.updated_at.desc()).limit(SHOWN)

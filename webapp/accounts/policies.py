@@ -111,7 +111,8 @@ def withdraw_change(change_id: int):
 @roles_required("admin")
 def save_access(tool_name: str):
     """Who may have the assistant use the tool: everyone, chosen roles and people, or no one."""
-    _tool(tool_name)
+    if not _tool(tool_name).runs_here:
+        abort(404, description=f"{tool_name} is asked about by outside agents: the assistant never uses it.")
     form = request.form
     admin = _admin()
     try:

@@ -17,6 +17,7 @@ from flask_login import current_user
 from sqlalchemy import select
 
 from webapp import audit_chain
+from webapp.agent import outside
 from webapp.agent.decisions import approvals_so_far, arguments_hash, held_words, who
 from webapp.agent.states import CallStatus
 from webapp.approvals import actions as approvals
@@ -232,11 +233,13 @@ def take_over(tool_call_id: int):
 
 def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None) -> str:
     conversation = db.session.get(Conversation, call.conversation_id)
+    asked = outside.details(db.session, call)  # an outside agent's call: its words instead of a transcript
     return render_template(
         "approvals/show.html",
         conversation=conversation,
         owner=db.session.get(User, conversation.user_id),
-        entries=transcript(conversation),
+        asked=asked,
+        entries=transcript(conversation) if asked is None else [],
         tools=services().tools_for(db.session, call.tenant_id),
         **_panel_context(call, typed, errors),
     )

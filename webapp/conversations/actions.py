@@ -36,8 +36,9 @@ STATUS_LABELS = {
 
 
 def visible_to(user: User):
-    """A filter for the conversations this person may see: their tenant's, and only their own for agents."""
-    condition = Conversation.tenant_id == user.tenant_id
+    """A filter for the conversations this person may see: their tenant's, and only their own for agents;
+    never an outside agent's call (webapp/agent/outside.py), which is no chat with the assistant."""
+    condition = (Conversation.tenant_id == user.tenant_id) & Conversation.source.is_(None)
     if not any(user.has_role(role) for role in SUPERVISING):
         condition = condition & (Conversation.user_id == user.id)
     return condition
@@ -75,6 +76,13 @@ def find(session: Session, user: User, conversation_id: int) -> Conversation:
     )
     if conversation is None:
         raise Refused(404, "not_found", f"No conversation {conversation_id} in your account.")
+    if conversation.source is not None:
+        raise Refused(
+            404,
+            "not_found",
+            f"{conversation_id} holds a call of the outside agent {conversation.source}, not a conversation with the "
+            "assistant: reviewers find it in the approval inbox, programs at /api/calls/<id>.",
+        )
     if conversation.user_id != user.id and not any(user.has_role(role) for role in SUPERVISING):
         raise Refused(403, "forbidden", "This conversation belongs to another agent.")
     return conversation

@@ -1,0 +1,65 @@
+"""An outside agent's call in the reviewer's pages: in the inbox with its source, on the decision page
+with the agent's own words and facts set apart as the agent's, decided with the same form, and kept
+out of the chat pages; its declared tool on the Policies page."""
+
+from __future__ import annotations
+
+from tests.api.test_outside_calls import ADMIN, AGENT, REVIEWER, ask, declare
+from tests.approvals.test_decision_page import edit, page_text, section, words
+from tests.clients import session_as
+from webapp.models import ToolCall
+from webapp.runtime.extensions import db
+
+
+def test_the_inbox_and_the_decision_page_show_the_agent_and_its_words_as_its_own(app, api):
+    declare(api)
+    call = ask(api).json
+    reviewer = session_as(app, REVIEWER)
+
+    inbox = page_text(reviewer, "/approvals")
+    row = words(section(inbox, f"approval-{call['id']}"))
+    assert "treasury-bot" in row and AGENT in row and "transfer" in row
+
+    html = page_text(reviewer, f"/approvals/{call['id']}")
+    said = words(section(html, "outside-context"))
+    assert "Asked by treasury-bot, an agent that runs elsewhere" in said
+    assert "Supplier invoice 88 is due today." in said and "did not check it" in said
+    assert "Supplied by treasury-bot, not checked by the desk" in html and "$12,000.00" in html
+    assert "The conversation so far" not in html and "open conversation" not in html
+
+    # the same edit form as any call: the reviewer sends $200 instead of $300
+    page = reviewer.get(f"/approvals/{call['id']}").get_data(as_text=True)
+    decided = edit(
+        reviewer,
+        db.session.get(ToolCall, call["id"]),
+        page,
+        {"amount_cents": "200.00", "account": "ACME-17", "memo": "invoice 88"},
+        "half now",
+    )
+    assert decided.status_code in (200, 204), decided.get_data(as_text=True)
+    db.session.remove()
+    shown = api.as_(AGENT).get(f"/api/calls/{call['id']}").json
+    assert shown["status"] == "approved" and shown["input"]["amount_cents"] == 20_000 and shown["edited"]
+
+    api.as_(AGENT).post(f"/api/calls/{call['id']}/outcome", json={"ok": True, "summary": "Sent $200.00 to ACME-17."})
+    after = page_text(reviewer, f"/approvals/{call['id']}")
+    assert "treasury-bot reported at" in words(section(after, "outside-outcome"))
+    assert "Sent $200.00 to ACME-17." in after
+
+
+def test_an_outside_call_is_no_chat_and_its_tool_is_on_the_policies_page_without_the_assistants_access(app, api):
+    declare(api)
+    call = ask(api).json
+    conversation_id = api.as_(REVIEWER).get(f"/api/approvals/{call['id']}").json["conversation_id"]
+    agent = session_as(app, AGENT)
+    assert "treasury-bot" not in agent.get("/conversations").get_data(as_text=True)
+    assert api.as_(AGENT).get("/api/conversations").json["conversations"] == []
+    opened = api.as_(AGENT).get(f"/api/conversations/{conversation_id}")
+    assert opened.status_code == 404 and "treasury-bot" in opened.json["message"]
+    written = api.as_(AGENT).post(f"/api/conversations/{conversation_id}/messages", json={"message": "hi"})
+    assert written.status_code == 404
+
+    policies = page_text(session_as(app, ADMIN), "/admin/policies")
+    row = section(policies, "policy-transfer")
+    assert "Asked about by agents that run elsewhere" in words(row) and "Send money from the treasury" in row
+    assert "Who may use it" not in row and "Who may use it" in policies  # the assistant's tools keep theirs
