@@ -1,0 +1,163 @@
+"""An agent that runs elsewhere, through the same inbox: a LangGraph graph written outside the repo (its
+own directory, with only the standalone desk_client.py beside it) asks before a $300 transfer; a
+reviewer edits it to $200 in the inbox in the browser, a second reviewer approves, and the graph runs
+the $200 transfer and reports it, every step in the audit log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+from sqlalchemy import func, select
+
+from tests.api.test_outside_calls import AGENT, REVIEWER, REVIEWER2, declare
+from tests.browser.test_decision_page import open_first_waiting_call
+from tests.conftest import wait_until
+from webapp.models import AuditEvent, ExternalCall, ToolCall
+from webapp.runtime.extensions import db
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def outside_copy(where: Path) -> Path:
+    """The example graph and the client in a directory of their own, as a team's repository holds them."""
+    where.mkdir()
+    shutil.copy(ROOT / "examples" / "langgraph_transfer.py", where / "agent.py")
+    shutil.copy(ROOT / "desk_client" / "__init__.py", where / "desk_client.py")
+    return where / "agent.py"
+
+
+def test_a_langgraph_agent_runs_the_transfer_two_reviewers_edited_and_approved(
+    page_for, live_server, api, read, tmp_path
+):
+    pytest.importorskip("langgraph")
+    before = read(lambda s: s.scalar(select(func.coalesce(func.max(AuditEvent.id), 0))))
+    assert declare(api, policy={"mode": "always", "approvals": 2}).status_code == 200
+    agent_program = outside_copy(tmp_path / "team-repo")
+    ledger = tmp_path / "ledger.jsonl"
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            str(agent_program),
+            "--desk",
+            live_server.url,
+            "--token",
+            api.token(AGENT),
+            "--request",
+            "Pay supplier ACME-17 $300 for invoice 88",
+            "--ledger",
+            str(ledger),
+        ],
+        cwd=agent_program.parent,
+        env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 1,
+            60,
+            "the agent to ask",
+        )
+        reviewer = page_for(REVIEWER)
+        open_first_waiting_call(reviewer)
+        expect(reviewer.locator("#outside-context")).to_contain_text("Asked by treasury-graph")
+        expect(reviewer.locator("#outside-context")).to_contain_text("Pay supplier ACME-17 $300 for invoice 88")
+        reviewer.get_by_text("Edit and approve").click()
+        amount = reviewer.get_by_label("Amount ($)")
+        expect(amount).to_have_value("300.00")
+        amount.fill("200")
+        reviewer.get_by_label("Why you changed them").fill("only $200 is due now")
+        reviewer.get_by_role("button", name="Approve with these arguments").click()
+        expect(reviewer.locator(".flash").first).to_contain_text("needs 1 more approval from another reviewer")
+        assert agent.poll() is None  # still waiting: two people must approve
+
+        second = page_for(REVIEWER2)
+        open_first_waiting_call(second)
+        expect(second.locator("#call-arguments-shown")).to_contain_text("$200.00")
+        second.get_by_role("button", name=re.compile(r"^Approve")).first.click()
+        expect(second.locator(".flash").first).to_contain_text("You approved")
+
+        out, err = agent.communicate(timeout=120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, err
+    said = json.loads(out.strip().splitlines()[-1])
+    assert said["asked"]["amount_cents"] == 30_000
+    assert said["decision"]["status"] == "approved" and said["sent"]["amount_cents"] == 20_000
+    assert [json.loads(line)["amount_cents"] for line in ledger.read_text().splitlines()] == [20_000]
+
+    db.session.remove()
+    call = read(lambda s: s.scalar(select(ToolCall).where(ToolCall.source == "treasury-graph")))
+    assert call.status == "succeeded" and call.input["amount_cents"] == 20_000
+    assert call.original_input["amount_cents"] == 30_000
+    actions = read(
+        lambda s: s.scalars(
+            select(AuditEvent.action)
+            .where(AuditEvent.tool_call_id == call.id, AuditEvent.id > before, AuditEvent.action != "approval_viewed")
+            .order_by(AuditEvent.id)
+        ).all()
+    )
+    assert actions == [
+        "tool_call_requested",
+        "approval_requested",
+        "approval_decided",
+        "approval_decided",
+        "call_outcome_reported",
+    ]
+
+
+def test_the_client_asks_waits_and_reports_as_a_coroutine_and_says_what_the_desk_refused(live_server, api, app):
+    from desk_client import AsyncDesk, Desk, DeskError
+
+    declare(api)
+    desk = AsyncDesk(live_server.url, api.token(AGENT), source="payments-loop")
+
+    reviewer = api.as_(REVIEWER)  # (its token made here; the calls below run in other threads)
+
+    def first_waiting() -> int | None:
+        with app.app_context():
+            waiting = reviewer.get("/api/approvals").json["approvals"]
+        return waiting[0]["id"] if waiting else None
+
+    def reject(call_id: int) -> None:
+        with app.app_context():
+            reviewer.post(f"/api/approvals/{call_id}", json={"decision": "reject", "reason": "Not ours."})
+
+    async def ask_and_report():
+        asked = asyncio.create_task(
+            desk.ask("transfer", {"amount_cents": 4_000, "account": "ACME-9"}, context="Refund a double charge.")
+        )
+        call_id = await asyncio.to_thread(wait_until, first_waiting, 60, "the call to wait")
+        await asyncio.to_thread(reject, call_id)
+        decision = await asked
+        return decision
+
+    # (in a thread of its own: the session's Playwright keeps an event loop running in this one)
+    with ThreadPoolExecutor(1) as thread:
+        decision = thread.submit(asyncio.run, ask_and_report()).result(timeout=120)
+    assert decision.status == "rejected" and decision.reason == "Not ours." and not decision.approved
+    with pytest.raises(DeskError) as refused:
+        Desk(live_server.url, api.token(AGENT), source="payments-loop").report(decision, ok=True, summary="Sent.")
+    assert refused.value.status == 409 and refused.value.code == "not_approved"
+    with pytest.raises(DeskError) as unknown:
+        Desk(live_server.url, api.token(AGENT), source="payments-loop").ask("wire", {}, context="x", timeout=0)
+    assert unknown.value.code == "unknown_tool" and "transfer" in unknown.value.message
+
+    waiting = Desk(live_server.url, api.token(AGENT), source="payments-loop").ask(
+        "transfer", {"amount_cents": 100, "account": "ACME-9"}, context="A second try.", timeout=0
+    )
+    assert waiting.waiting
+    given_up = Desk(live_server.url, api.token(AGENT), source="payments-loop").cancel(waiting, "Not needed.")
+    assert given_up.status == "cancelled"
