@@ -28,41 +28,15 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def outside_copy(where: Path) -> Path:
-    """The example graph and the client in a directory of their own, as a team's repository holds them."""
-    where.mkdir()
-    shutil.copy(ROOT / "examples" / "langgraph_transfer.py", where / "agent.py")
-    shutil.copy(ROOT / "desk_client" / "__init__.py", where / "desk_client.py")
-    return where / "agent.py"
-
-
 def test_a_langgraph_agent_runs_the_transfer_two_reviewers_edited_and_approved(
     page_for, live_server, api, read, tmp_path
 ):
     pytest.importorskip("langgraph")
     before = read(lambda s: s.scalar(select(func.coalesce(func.max(AuditEvent.id), 0))))
     assert declare(api, policy={"mode": "always", "approvals": 2}).status_code == 200
-    agent_program = outside_copy(tmp_path / "team-repo")
     ledger = tmp_path / "ledger.jsonl"
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            str(agent_program),
-            "--desk",
-            live_server.url,
-            "--token",
-            api.token(AGENT),
-            "--request",
-            "Pay supplier ACME-17 $300 for invoice 88",
-            "--ledger",
-            str(ledger),
-        ],
-        cwd=agent_program.parent,
-        env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    request = ("--request", "Pay supplier ACME-17 $300 for invoice 88", "--ledger", str(ledger))
+    agent = run_outside("langgraph_transfer.py", tmp_path, live_server, api.token(AGENT), *request)
     try:
         wait_until(
             lambda: read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 1,
@@ -161,3 +135,45 @@ def test_the_client_asks_waits_and_reports_as_a_coroutine_and_says_what_the_desk
     assert waiting.waiting
     given_up = Desk(live_server.url, api.token(AGENT), source="payments-loop").cancel(waiting, "Not needed.")
     assert given_up.status == "cancelled"
+
+
+def run_outside(program: str, tmp_path: Path, live_server, token: str, *extra: str) -> subprocess.Popen:
+    """An example agent from examples/, copied outside the repo with the client beside it, started."""
+    where = tmp_path / "team-repo"
+    where.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "examples" / program, where / "agent.py")
+    shutil.copy(ROOT / "desk_client" / "__init__.py", where / "desk_client.py")
+    return subprocess.Popen(
+        [sys.executable, str(where / "agent.py"), "--desk", live_server.url, "--token", token, *extra],
+        cwd=where,
+        env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1", "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_an_agents_sdk_run_stops_for_the_desk_and_runs_the_edited_transfer(live_server, api, read, tmp_path):
+    pytest.importorskip("agents")
+    assert declare(api).status_code == 200
+    ledger = tmp_path / "ledger.jsonl"
+    request = ("--request", "Pay supplier ACME-17 $300 for invoice 88", "--ledger", str(ledger), "--scripted")
+    agent = run_outside("openai_agents_transfer.py", tmp_path, live_server, api.token(AGENT), *request)
+    try:
+        wait_until(
+            lambda: read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 1, 60, "the agent to ask"
+        )
+        call_id = api.as_(REVIEWER).get("/api/approvals").json["approvals"][0]["id"]
+        edited = {"amount_cents": 20_000, "account": "ACME-17", "memo": "invoice 88"}
+        decided = api.as_(REVIEWER).post(f"/api/approvals/{call_id}", json={"decision": "approve", "input": edited})
+        assert decided.status_code == 200, decided.json
+        out, err = agent.communicate(timeout=120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, err
+    said = json.loads(out.strip().splitlines()[-1])
+    assert said["sent"] == edited and "Sent $200.00 to ACME-17." in said["final_output"]
+    assert [json.loads(line) for line in ledger.read_text().splitlines()] == [edited]
+    shown = api.as_(AGENT).get(f"/api/calls/{call_id}").json
+    assert shown["source"] == "treasury-agents-sdk" and shown["outcome"]["summary"] == "Sent $200.00 to ACME-17."
