@@ -6,6 +6,7 @@ the $200 transfer and reports it, every step in the audit log."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 import shutil
@@ -177,3 +178,48 @@ def test_an_agents_sdk_run_stops_for_the_desk_and_runs_the_edited_transfer(live_
     assert [json.loads(line) for line in ledger.read_text().splitlines()] == [edited]
     shown = api.as_(AGENT).get(f"/api/calls/{call_id}").json
     assert shown["source"] == "treasury-agents-sdk" and shown["outcome"]["summary"] == "Sent $200.00 to ACME-17."
+
+
+def test_the_claude_agent_sdk_callback_allows_the_edited_call_and_denies_with_the_reviewers_reason(
+    live_server, api, app
+):
+    sdk = pytest.importorskip("claude_agent_sdk")
+    spec = importlib.util.spec_from_file_location("claude_example", ROOT / "examples" / "claude_agent_sdk_transfer.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    from desk_client import AsyncDesk
+
+    declare(api)
+    desk = AsyncDesk(live_server.url, api.token(AGENT), source="treasury-claude-agent")
+    can_use_tool = example.desk_permissions(desk, {"mcp__treasury__transfer": "transfer"}, "Invoice 88 is due.")
+    reviewer = api.as_(REVIEWER)
+    asked = {"amount_cents": 30_000, "account": "ACME-17", "memo": "invoice 88"}
+
+    def decide(body: dict) -> None:
+        def first_waiting():
+            with app.app_context():
+                waiting = reviewer.get("/api/approvals").json["approvals"]
+            return waiting[0]["id"] if waiting else None
+
+        call_id = wait_until(first_waiting, 60, "the call to wait")
+        with app.app_context():
+            assert reviewer.post(f"/api/approvals/{call_id}", json=body).status_code == 200
+
+    async def ask(tool_use_id: str, body: dict):
+        answer = asyncio.create_task(
+            can_use_tool("mcp__treasury__transfer", asked, sdk.ToolPermissionContext(tool_use_id=tool_use_id))
+        )
+        await asyncio.to_thread(decide, body)
+        return await answer
+
+    async def walk():
+        other = await can_use_tool("Read", {"file_path": "/tmp/x"}, sdk.ToolPermissionContext(tool_use_id="toolu_0"))
+        edited = await ask("toolu_1", {"decision": "approve", "input": {**asked, "amount_cents": 20_000}})
+        refused = await ask("toolu_2", {"decision": "reject", "reason": "Paid already."})
+        return other, edited, refused
+
+    with ThreadPoolExecutor(1) as thread:  # (the session's Playwright keeps an event loop in this thread)
+        other, edited, refused = thread.submit(asyncio.run, walk()).result(timeout=120)
+    assert isinstance(other, sdk.PermissionResultAllow) and other.updated_input is None  # not gated: not asked
+    assert isinstance(edited, sdk.PermissionResultAllow) and edited.updated_input["amount_cents"] == 20_000
+    assert isinstance(refused, sdk.PermissionResultDeny) and "rejected: Paid already." in refused.message
