@@ -205,7 +205,8 @@ def notice_for(session: Session, config: Config, tools: ToolRegistry, call: Tool
     shown = [line if len(line) <= 200 else line[:199] + "…" for line in shown]
     requester = session.get(User, call.acting_user_id)
     waited = duration((now - call.created_at).total_seconds())
-    lines = [f"{title}, asked by the assistant for {requester.label if requester else 'someone'}.", *shown]
+    asker = f"the outside agent {call.source}" if call.source else "the assistant"
+    lines = [f"{title}, asked by {asker} for {requester.label if requester else 'someone'}.", *shown]
     lines.append(f"Waiting for a decision for {waited}.")
     if call.expires_at is not None:
         left = duration((call.expires_at - now).total_seconds())

@@ -293,3 +293,15 @@ def test_the_decided_event_names_the_outside_agent(api, read):
     assert [kind for kind, _ in made] == ["approval.requested", "approval.decided"]
     assert all(data["source"] == "treasury-bot" for _, data in made)
     assert made[1][1]["decision"] == "approve" and made[1][1]["input"]["amount_cents"] == 30_000
+
+
+def test_a_reminder_of_an_outside_call_names_the_agent_that_asked(api, app):
+    from webapp import notify
+    from webapp.runtime.extensions import db
+
+    declare(api)
+    call = db.session.get(ToolCall, ask(api).json["id"])
+    tools = services().tools_for(db.session, call.tenant_id)
+    notice = notify.notice_for(db.session, services().config, tools, call, "reminder")
+    assert notice.lines[0] == "Transfer, asked by the outside agent treasury-bot for Acme Corp agent."
+    assert notice.url.endswith(f"/approvals/{call.id}")
