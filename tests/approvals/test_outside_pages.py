@@ -4,6 +4,9 @@ out of the chat pages; its declared tool on the Policies page."""
 
 from __future__ import annotations
 
+import re
+from html import unescape
+
 from tests.api.test_outside_calls import ADMIN, AGENT, REVIEWER, ask, declare
 from tests.approvals.test_decision_page import edit, page_text, section, words
 from tests.clients import session_as
@@ -63,3 +66,46 @@ def test_an_outside_call_is_no_chat_and_its_tool_is_on_the_policies_page_without
     row = section(policies, "policy-transfer")
     assert "Asked about by agents that run elsewhere" in words(row) and "Send money from the treasury" in row
     assert "Who may use it" not in row and "Who may use it" in policies  # the assistant's tools keep theirs
+
+
+def test_an_admin_declares_a_tool_on_the_policies_page_and_a_refused_one_keeps_what_was_typed(app, api):
+    admin = session_as(app, ADMIN)
+    page = admin.get("/admin/policies").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    typed = {
+        "csrf_token": token,
+        "name": "wire",
+        "description": "Wire money abroad.",
+        "input_schema": '{"type": "object", "properties": {"usd": {"type": "number"}}',  # a brace short
+        "amount": "usd",
+        "amount_unit": "dollars",
+        "subject": "",
+    }
+    refused = admin.post("/admin/policies/external-tools", data=typed)
+    assert refused.status_code == 422
+    html = refused.get_data(as_text=True)
+    assert "is not JSON" in words(section(html, "declare-error"))
+    assert "Wire money abroad." in html and '{"type": "object", "properties": {"usd": {"type": "number"}}' in unescape(
+        html
+    )
+    assert api.as_(ADMIN).get("/api/external-tools").json["tools"] == []
+
+    declared = admin.post("/admin/policies/external-tools", data={**typed, "input_schema": typed["input_schema"] + "}"})
+    assert declared.status_code == 303
+    (tool,) = api.as_(ADMIN).get("/api/external-tools").json["tools"]
+    assert tool["name"] == "wire" and tool["amount"] == "usd" and tool["amount_unit"] == "dollars"
+    assert tool["policy"]["mode"] == "always"
+    asked = api.as_(AGENT).post(
+        "/api/calls",
+        json={
+            "source": "fx-bot",
+            "tool": "wire",
+            "input": {"usd": 12.5},
+            "context": "Pay the Lyon office.",
+            "idempotency_key": "w1",
+        },
+    )
+    assert asked.status_code == 201 and asked.json["status"] == "waiting"
+
+    removed = admin.post("/admin/policies/external-tools/wire/remove", data={"csrf_token": token})
+    assert removed.status_code == 303 and api.as_(ADMIN).get("/api/external-tools").json["tools"] == []

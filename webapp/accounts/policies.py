@@ -5,6 +5,7 @@ page again with what the admin typed, the error beside its field, scrolled to th
 
 from __future__ import annotations
 
+import json
 import math
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
@@ -12,13 +13,13 @@ from flask_login import current_user
 from sqlalchemy import func, select
 
 from webapp import audit_chain
-from webapp.accounts import policy_actions
+from webapp.accounts import external_tools, policy_actions
 from webapp.agent import access as access_rules
 from webapp.agent import policies as policy_rules
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
-from webapp.tools import mcp
+from webapp.tools import external, mcp
 from webapp.web.errors import Refused
 from webapp.web.security import roles_required
 
@@ -142,6 +143,46 @@ def save_access(tool_name: str):
     db.session.commit()
     flash(f"Saved for {tool_name}: {after.describe(_names(admin.tenant_id, after.user_ids))}", "info")
     return redirect(url_for(".index", _anchor=f"policy-{tool_name}"), code=303)
+
+
+@bp.post("/external-tools")
+@roles_required("admin")
+def declare_tool():
+    """Declare a tool that agents running elsewhere ask about (as PUT /api/external-tools/<name>)."""
+    form = request.form
+    name = (form.get("name") or "").strip()
+    try:
+        unknown = set(form) - {"csrf_token", "name", "description", "input_schema", "amount", "amount_unit", "subject"}
+        if unknown:
+            raise external.DeclarationError(f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
+        try:
+            schema = json.loads(form.get("input_schema") or "")
+        except ValueError as exc:
+            raise external.DeclarationError(f"The arguments' schema is not JSON ({exc}).", "input_schema") from None
+        declaration = external.Declaration(
+            description=form.get("description") or "",
+            input_schema=schema,
+            amount=(form.get("amount") or "").strip() or None,
+            amount_unit=form.get("amount_unit") or "cents",
+            subject=(form.get("subject") or "").strip() or None,
+        )
+        external_tools.declare(db.session, _admin(), name, declaration, None)
+    except external.DeclarationError as exc:
+        db.session.rollback()
+        return _policies_page(_Refusal(name, "declare", str(exc), exc.field, form)), 422
+    flash(f"Declared {name}: outside agents may ask for it now. Its calls wait under the rule below.", "info")
+    return redirect(url_for(".index", _anchor=f"policy-{name}"), code=303)
+
+
+@bp.post("/external-tools/<tool_name>/remove")
+@roles_required("admin")
+def remove_tool(tool_name: str):
+    try:
+        external_tools.remove(db.session, _admin(), tool_name)
+    except Refused as exc:
+        abort(exc.status, description=exc.message)
+    flash(f"Removed {tool_name}: outside agents can no longer ask for it; its calls so far stay.", "info")
+    return redirect(url_for(".index", _anchor="outside-tools"), code=303)
 
 
 class _Refusal:

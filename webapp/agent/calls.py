@@ -76,10 +76,8 @@ class Calls(OnWorkspace):
         elif call.attempts > 1 and tool is not None and not tool.repeatable:  # it may have run: never twice
             outcome = ToolOutcome(wording.RESULT_UNCERTAIN.format(name=call.name), True)
         else:
-            if (
-                tool is not None and not tool.writes_database
-            ):  # a remote tool: end the reads above, so its wait holds no transaction
-                self.session.commit()
+            if tool is not None and not tool.writes_database:
+                self.session.commit()  # a remote tool: end the reads above, so its wait holds no transaction
             with bind(tool_call_id=call.id):
                 outcome = self.tools.run(call.name, call.input, self._context(call), self.settings.tool_output_limit)
         self.workspace.hold()

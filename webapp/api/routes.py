@@ -12,7 +12,7 @@ from werkzeug.exceptions import HTTPException
 
 from webapp import webhooks
 from webapp.accounts import actions as accounts
-from webapp.accounts import policy_actions, webhook_actions
+from webapp.accounts import external_tools, policy_actions, webhook_actions
 from webapp.agent import outside
 from webapp.agent import policies as policy_rules
 from webapp.agent.decisions import approvals_so_far, held_words
@@ -110,14 +110,12 @@ def _invalid_fields(exc: InvalidFields):
 @bp.errorhandler(Refused)
 def _api_error(exc: Refused):
     db.session.rollback()
-    if isinstance(exc, approvals.EditRefused):  # which argument to change, for programs
+    if isinstance(exc, approvals.EditRefused | outside_actions.OutsideRefused):  # what to change, for programs
         fields = [{"field": f"input.{name}" if name else "input", "problem": p} for name, p in exc.problems.items()]
-        return jsonify(error=exc.code, message=exc.message, fields=fields), exc.status
-    if isinstance(exc, outside_actions.OutsideRefused) and exc.field:
-        fields = [{"field": f"input.{name}" if name else "input", "problem": p} for name, p in exc.problems.items()]
-        return jsonify(
-            error=exc.code, message=exc.message, fields=fields or [{"field": exc.field, "problem": exc.message}]
-        ), exc.status
+        if not fields and getattr(exc, "field", None):
+            fields = [{"field": exc.field, "problem": exc.message}]
+        if fields:
+            return jsonify(error=exc.code, message=exc.message, fields=fields), exc.status
     return json_error(exc.status, exc.code, exc.message)
 
 
@@ -522,7 +520,7 @@ def declare_external_tool(name: str):
         subject=sent.subject,
     )
     try:
-        declared = outside_actions.declare(
+        declared = external_tools.declare(
             db.session, g.user, name, declaration, policy_values(sent.policy) if sent.policy is not None else None
         )
     except external.DeclarationError as exc:
@@ -542,9 +540,9 @@ def declare_external_tool(name: str):
 @api_roles("admin")
 def remove_external_tool(name: str):
     """Outside agents can no longer ask for it; its calls so far, and its policy, stay."""
-    row = outside_actions.find_tool(db.session, g.user, name)
+    row = external_tools.find_tool(db.session, g.user, name)
     view = external_tool_view(row)
-    outside_actions.remove(db.session, g.user, name)
+    external_tools.remove(db.session, g.user, name)
     return answer(view)
 
 

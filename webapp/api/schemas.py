@@ -36,6 +36,7 @@ from webapp.agent.decisions import arguments_hash
 from webapp.agent.outside import STATUS as OUTSIDE_STATUS
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS, holder
+from webapp.approvals.outside import MAX_WAIT_SECONDS
 from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
 from webapp.conversations import cards
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
@@ -572,10 +573,10 @@ class CallQuery(QueryParameters):
     """How long to wait for a decision before answering."""
 
     wait: Annotated[
-        Annotated[int, Field(ge=0, le=60)] | None,
+        Annotated[int, Field(ge=0, le=MAX_WAIT_SECONDS)] | None,
         BeforeValidator(_digits),
         Field(description="Seconds, up to 60: answer as soon as the call is decided, or when they run out."),
-        Rule("must be a whole number of seconds from 0 to 60"),
+        Rule(f"must be a whole number of seconds from 0 to {MAX_WAIT_SECONDS}"),
     ] = None
 
 

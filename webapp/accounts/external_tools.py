@@ -1,0 +1,80 @@
+"""Declaring the tools that agents running elsewhere ask about (webapp/tools/external.py), shared by
+the API (PUT/GET/DELETE /api/external-tools) and the Policies page."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from webapp import audit_chain
+from webapp.accounts import policy_actions
+from webapp.agent import policies
+from webapp.models import ExternalTool, User
+from webapp.runtime.services import services
+from webapp.tools import external
+from webapp.web.errors import Refused
+
+
+@dataclass(frozen=True)
+class Declared:
+    row: ExternalTool
+    saved: policy_actions.Saved | None  # the policy asked for with it, if one was
+
+
+def declare(
+    session: Session,
+    admin: User,
+    name: str,
+    declaration: external.Declaration,
+    policy: Callable[[policies.Policy], dict] | None,
+) -> Declared:
+    """Declare (or declare again) a tool of the tenant's outside agents, with the policy asked for:
+    change_policy's keyword arguments from the policy in force (a loosening waits for a second admin,
+    as on the Policies page). Commits; nothing is kept when any of it is refused (DeclarationError,
+    PolicyError)."""
+    registry = services().tools_for(session, admin.tenant_id)
+    taken = {tool for tool in registry.names() if registry.get(tool).runs_here}
+    external.check(name, declaration, taken)
+    created = external.find(session, admin.tenant_id, name) is None
+    row = external.declare(session, admin.tenant_id, name, declaration, admin.id)
+    audit_chain.record(
+        session,
+        "external_tool_declared",
+        tenant_id=admin.tenant_id,
+        actor=admin,
+        tool_name=name,
+        data={
+            "created": created,
+            "description": row.description,
+            "input_schema": row.input_schema,
+            "amount": row.amount_argument,
+            "amount_unit": row.amount_unit,
+            "subject": row.subject_argument,
+        },
+    )
+    saved = None
+    if policy is not None:
+        tool = external.OutsideTool(row)
+        saved = policy_actions.change_policy(
+            session, admin, tool, **policy(policies.policy_for(session, admin.tenant_id, tool))
+        )
+    session.commit()  # (a policy that took effect or waits committed already; an unchanged one did not)
+    return Declared(row, saved)
+
+
+def remove(session: Session, admin: User, name: str) -> ExternalTool:
+    """Take a declared tool away: outside agents can no longer ask for it (its calls so far stay)."""
+    row = find_tool(session, admin, name)
+    audit_chain.record(session, "external_tool_removed", tenant_id=admin.tenant_id, actor=admin, tool_name=name)
+    session.delete(row)
+    session.commit()
+    return row
+
+
+def find_tool(session: Session, admin: User, name: str) -> ExternalTool:
+    row = external.find(session, admin.tenant_id, name)
+    if row is None:
+        raise Refused(404, "not_found", f"No tool named {name[:128]} is declared for outside agents.")
+    return row
