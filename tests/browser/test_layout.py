@@ -87,6 +87,11 @@ def test_every_main_page_fits_a_phone(phone, workers, console):
     # two lines at most: the chat starts on the first screen (read in one step: a live update may swap it)
     assert title.evaluate("element => element.getBoundingClientRect().height") < 60
     expect(agent.locator(".tool-call").first).to_be_in_viewport()
+    # who said what, and which tool a card is for, stay on a phone; only the top bar's name folds away
+    expect(agent.locator(".turn.user .who").first).to_be_visible()
+    expect(agent.locator(".tool-call .who").first).to_contain_text("issue_refund")
+    expect(agent.locator(".tool-call .who").first).to_be_visible()
+    expect(agent.locator(".signout .who")).not_to_be_visible()
     tall_enough(agent.get_by_role("button", name="Stop"))
 
     reviewer = phone("reviewer@acme.test")
