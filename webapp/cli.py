@@ -28,6 +28,7 @@ from webapp.ops import actions as ops_actions
 from webapp.runtime import embedded_redis
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.presenting import plural
 
 
 def register(app: Flask) -> None:
@@ -499,7 +500,7 @@ def register(app: Flask) -> None:
                     finally:
                         scheduler.release_locks()
                         scheduler.register_death()
-                    message = f"Enqueued {due} due job(s)"
+                    message = f"Enqueued {plural(due, 'due job')}"
                 else:
                     message = "Another scheduler holds the lock of these queues; it enqueues the due jobs"
                 desk.dispatcher.enqueue_sweep(int(time.time() // desk.config.sweep_interval_seconds))
@@ -547,7 +548,7 @@ def register(app: Flask) -> None:
         """Re-enqueue conversations that should be moving but have no live move."""
         from webapp.runtime.work import sweep
 
-        click.echo(f"Re-enqueued {sweep()} conversation(s).")
+        click.echo(f"Re-enqueued {plural(sweep(), 'conversation')}.")
 
     _register_policies(app)
     _register_mcp(app)
@@ -591,7 +592,7 @@ def _register_policies(app: Flask) -> None:
             admins = policy_actions.admin_count(db.session, change.tenant_id)
             click.echo(
                 f"#{change.id} {slugs.get(change.tenant_id)} {change.tool_name}: {change.status}; asked by {asked} "
-                f"{change.requested_at:%Y-%m-%d %H:%M} UTC; the tenant has {admins} admin(s)"
+                f"{change.requested_at:%Y-%m-%d %H:%M} UTC; the tenant has {plural(admins, 'admin')}"
             )
             click.echo(f"  now: {change.before.get('rule', '')}")
             for sentence in change.loosens:
@@ -739,7 +740,7 @@ def _register_mcp(app: Flask) -> None:
             )
         except mcp.McpError as exc:
             raise click.UsageError(str(exc)) from None
-        click.echo(f"Added MCP server {server.name} to {tenant.slug}, with {len(server.tools)} tool(s):")
+        click.echo(f"Added MCP server {server.name} to {tenant.slug}, with {plural(len(server.tools), 'tool')}:")
         for line in tool_lines(server):
             click.echo(line)
         for remote, why in report.refused:

@@ -40,6 +40,7 @@ from webapp.models import (
 from webapp.ops.metrics import move_queue_counts, worker_slots
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.presenting import plural
 from webapp.web.security import anyone_signed_in
 
 bp = Blueprint("home", __name__)
@@ -149,7 +150,8 @@ def checklist(user: User) -> list[Check]:
         Check(
             policies > 0,
             "Policies set",
-            f"{policies} tool {'policy' if policies == 1 else 'policies'} say which calls wait for people"
+            f"{plural(policies, 'tool policy', 'tool policies')} {'says' if policies == 1 else 'say'} "
+            "which calls wait for people"
             if policies
             else "No tool has a policy yet: every tool follows the desk's defaults.",
             url_for("policies.index"),
@@ -157,7 +159,7 @@ def checklist(user: User) -> list[Check]:
         Check(
             roles["agent"] > 0 and roles["reviewer"] > 0,
             "People in every role",
-            f"{roles['agent']} agent(s) and {roles['reviewer']} reviewer(s) can sign in."
+            f"{plural(roles['agent'], 'agent')} and {plural(roles['reviewer'], 'reviewer')} can sign in."
             if roles["agent"] and roles["reviewer"]
             else "Add at least one agent and one reviewer.",
             url_for("users.index"),
@@ -165,7 +167,9 @@ def checklist(user: User) -> list[Check]:
         Check(
             tokens > 0,
             "API tokens",
-            f"{tokens} active token(s) let programs use the API." if tokens else "No program can use the API yet.",
+            f"{plural(tokens, 'active token')} {'lets' if tokens == 1 else 'let'} programs use the API."
+            if tokens
+            else "No program can use the API yet.",
             url_for("tokens.index"),
         ),
         Check(
@@ -187,7 +191,9 @@ def checklist(user: User) -> list[Check]:
         Check(
             failed == 0,
             "Nothing failed",
-            "No conversation is failed." if not failed else f"{failed} failed conversation(s) wait for a retry.",
+            "No conversation is failed."
+            if not failed
+            else f"{plural(failed, 'failed conversation')} {'waits' if failed == 1 else 'wait'} for a retry.",
             url_for("ops.index"),
         ),
     ]
@@ -197,9 +203,10 @@ def checklist(user: User) -> list[Check]:
             Check(
                 held == 0,
                 "MCP tools as accepted",
-                f"{held} MCP tool(s) held: their server changed what they do; look at the change."
+                f"{plural(held, 'MCP tool')} held: {'its' if held == 1 else 'their'} server changed what "
+                f"{'it does' if held == 1 else 'they do'}; look at the change."
                 if held
-                else f"All {total} MCP tool(s) do what an admin accepted.",
+                else ("The MCP tool does" if total == 1 else f"All {total} MCP tools do") + " what an admin accepted.",
                 url_for("mcp.index"),
             )
         )

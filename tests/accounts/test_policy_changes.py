@@ -156,7 +156,7 @@ def test_with_one_admin_the_operator_decides_from_the_command_line(app, api, cli
     assert own.status_code == 403 and "one admin, so the desk's operator decides it" in own.json["message"]
     listed = cli("policy-change", "list", "--tenant", tenant.slug)
     assert f"#{change_id} {tenant.slug} delete_account: pending; asked by {solo}" in listed.output
-    assert "the tenant has 1 admin(s)" in listed.output and "Approvals needed go from 2 to 1." in listed.output
+    assert "the tenant has 1 admin\n" in listed.output and "Approvals needed go from 2 to 1." in listed.output
     assert cli("policy-change", "reject", str(change_id)).exit_code != 0  # a rejection needs --reason
     approved = cli("policy-change", "approve", str(change_id))
     assert approved.exit_code == 0, approved.output

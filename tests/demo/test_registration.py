@@ -33,7 +33,7 @@ def test_the_operators_add_a_second_time_says_the_server_is_there_and_adds_nothi
 
     first = cli(*add)
     assert first.exit_code == 0, first.output
-    assert "Added MCP server inventory to acme, with 2 tool(s):" in first.output
+    assert "Added MCP server inventory to acme, with 2 tools:" in first.output
     assert "mcp_inventory__lookup (lookup): runs at once (read-only)" in first.output
     assert "mcp_inventory__restock (restock): waits for one approval" in first.output
 
@@ -51,7 +51,7 @@ def test_the_demos_registration_adds_the_server_the_first_time_and_finds_it_the_
 
     first = register()
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "Added MCP server inventory to acme, with 2 tool(s):" in first.stdout
+    assert "Added MCP server inventory to acme, with 2 tools:" in first.stdout
     state = Path(env["INSTANCE_PATH"]) / "inventory.json"
     assert registered() == [("inventory", f"{ROOT}/.venv/bin/python -m demo.inventory_server --state {state}", True)]
 

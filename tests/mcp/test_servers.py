@@ -31,7 +31,7 @@ def test_the_command_line_adds_lists_syncs_and_removes_a_server(cli, warehouse, 
         "--header", "Authorization: Bearer s3cret-value", "--header", "X-Team: $MCP_TEST_TEAM",
     )  # fmt: skip
     assert added.exit_code == 0, added.output
-    assert added.output.splitlines()[0] == "Added MCP server warehouse to acme, with 2 tool(s):"
+    assert added.output.splitlines()[0] == "Added MCP server warehouse to acme, with 2 tools:"
     assert f"  {LOOKUP} (lookup_stock): runs at once (read-only)" in added.output
 
     listed = cli("mcp", "list", "--tenant", "acme")

@@ -42,7 +42,7 @@ def test_an_operator_adds_a_started_server_for_a_tenant_whose_admin_then_syncs_i
     added = operator.post("/ops/mcp", {**typed, "command": command, "working_directory": str(tmp_path)})
     assert added.status_code == 303, unescape(added.text)
     page = unescape(operator.get("/ops/mcp").text)
-    assert "Added inventory to acme with 1 tool(s)." in page
+    assert "Added inventory to acme with 1 tool." in page
     assert command in page and "Variables: INVENTORY_TOKEN (stored encrypted)" in page and "n0te-value" not in page
     (event,) = events("mcp_server_added", since)
     assert (event.actor_label, event.tenant_id, event.data["environment"]) == (OPERATOR, acme(), ["INVENTORY_TOKEN"])
@@ -58,6 +58,6 @@ def test_an_operator_adds_a_started_server_for_a_tenant_whose_admin_then_syncs_i
     assert synced.status_code == 303 and "Synced inventory. Nothing changed." in admin.get("/admin/mcp").text
 
     removed = operator.post("/ops/mcp/acme/inventory/remove")
-    assert removed.status_code == 303 and "Removed inventory of acme and its 1 tool(s)" in operator.get("/ops/mcp").text
+    assert removed.status_code == 303 and "Removed inventory of acme and its 1 tool" in operator.get("/ops/mcp").text
     assert servers() == []
     assert [e.actor_label for e in events("mcp_server_removed", since)] == [OPERATOR]

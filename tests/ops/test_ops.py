@@ -229,7 +229,7 @@ def test_the_scheduler_command_enqueues_due_retries_and_a_sweep(app, cli):
     assert "due-retry" not in queue.get_job_ids()
     result = cli("desk", "scheduler", "--once")
     assert result.exit_code == 0, result.output
-    assert "Enqueued 1 due job(s), and a sweep." in result.output
+    assert "Enqueued 1 due job, and a sweep." in result.output
     ids = queue.get_job_ids()
     assert "due-retry" in ids and "later-retry" not in ids
     assert any(job_id.startswith("sweep-") for job_id in ids)

@@ -155,9 +155,9 @@ def test_the_admins_checklist_says_what_is_done_and_links_each_step(app):
     db.session.commit()
     db.session.remove()
     admin = part(page(app, "admin@acme.test"), "home-admin")
-    assert "1 tool policy say which calls wait" in admin
-    assert "1 active token(s)" in admin
-    assert "1 failed conversation(s) wait for a retry." in admin
+    assert "1 tool policy says which calls wait" in admin
+    assert "1 active token lets programs use the API." in admin
+    assert "1 failed conversation waits for a retry." in admin
     assert checklist(page(app, "admin@acme.test")) | {"Nothing failed": "todo"} == checklist(html) | {
         "Policies set": "done",
         "API tokens": "done",

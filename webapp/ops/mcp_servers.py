@@ -16,6 +16,7 @@ from webapp.models import OPERATIONS_SLUG, OPERATOR, McpServer, Tenant
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools import mcp
+from webapp.tools.presenting import plural
 from webapp.web.security import roles_required
 
 bp = Blueprint("ops_mcp", __name__, url_prefix="/ops/mcp")
@@ -68,7 +69,7 @@ def create():
     except mcp.McpError as exc:
         return _page(error=str(exc), typed=form), 422
     refused = " ".join(f"Refused {name}: {why}." for name, why in report.refused)
-    flash(f"Added {server.name} to {tenant.slug} with {len(server.tools)} tool(s). {refused}".strip(), "info")
+    flash(f"Added {server.name} to {tenant.slug} with {plural(len(server.tools), 'tool')}. {refused}".strip(), "info")
     return redirect(url_for(".index"), code=303)
 
 
@@ -82,7 +83,10 @@ def remove(tenant: str, name: str):
         names = mcp_actions.remove(db.session, owner.id, current_user._get_current_object(), name)
     except mcp.McpError as exc:
         return _page(error=str(exc)), 422
-    flash(f"Removed {name} of {owner.slug} and its {len(names)} tool(s); its assistant no longer has them.", "info")
+    flash(
+        f"Removed {name} of {owner.slug} and its {plural(len(names), 'tool')}; its assistant no longer has them.",
+        "info",
+    )
     return redirect(url_for(".index"), code=303)
 
 
