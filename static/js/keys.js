@@ -16,6 +16,8 @@
     if (line) {
       line.textContent = shown;
       line.hidden = !shown;
+      // the reviewer pressed a key where they are reading: bring the question there (no jump when seen)
+      if (shown) line.scrollIntoView({ block: "nearest" });
     }
   }
 

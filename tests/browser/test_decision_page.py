@@ -94,6 +94,7 @@ def test_after_a_decision_the_page_moves_to_the_next_call_and_a_second_key_confi
     reviewer.keyboard.press("a")
     question = reviewer.locator("#approve-confirm")
     expect(question).to_contain_text("Approve $75.00, above the $50.00")
+    expect(question).to_be_in_viewport()  # the question is seen where the reviewer is, not below the fold
     with reviewer.expect_response(re.compile(r"/panel$")):  # a live refresh between the two keys
         reviewer.evaluate(REFRESH_PANEL)
     expect(question).to_contain_text("Approve $75.00, above the $50.00")  # still asked
