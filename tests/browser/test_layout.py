@@ -158,3 +158,38 @@ def test_relative_times_carry_the_exact_time_in_the_viewers_time_zone(phone, wor
     # after an htmx swap (the search), the new rows are relative too
     agent.get_by_label("Search").fill("invoices")
     expect(agent.locator("#conversation-list time").first).to_have_text(re.compile(r"^(just now|\d+ min ago)$"))
+
+
+WORDS_BROKEN = """cells => {
+  const broken = [];
+  for (const cell of cells) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const word of node.data.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        const lines = new Set([...range.getClientRects()].map(rect => Math.round(rect.top)));
+        if (lines.size > 1) broken.push(word[0]);
+      }
+    }
+  }
+  return broken;
+}"""
+
+
+def test_the_policies_page_keeps_tool_names_and_words_whole_on_a_laptop(browser, live_server, console):
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    console.record(page)
+    page.goto("/login")
+    page.get_by_label("Email").fill("admin@acme.test")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(re.compile(r"/$"))
+    page.goto("/admin/policies")
+    expect(page.locator("#policy-lookup_customer")).to_be_visible()
+    broken = page.locator('tr[id^="policy-"] > td:first-child').evaluate_all(WORDS_BROKEN)
+    context.close()
+    assert broken == [], f"words broken across lines in the tool column: {broken}"
