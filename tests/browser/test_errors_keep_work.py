@@ -51,3 +51,30 @@ def test_a_first_message_past_the_limit_stays_in_its_box(page_for, console):
     expect(agent.get_by_label("Ask the assistant")).to_have_value(TOO_LONG)
     expect(agent).to_have_url(re.compile(r"/conversations$"))
     assert all("status of 422" in error for error in console.errors()), console.errors()
+
+
+def test_a_refused_new_user_comes_back_at_the_form_with_the_wrong_field_focused(browser, live_server, console):
+    from tests.browser.conftest import PASSWORD, TIMEOUT_MS
+
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    admin = context.new_page()
+    console.record(admin)
+    admin.goto("/login")
+    admin.get_by_label("Email").fill("admin@acme.test")
+    admin.get_by_label("Password").fill(PASSWORD)
+    admin.get_by_role("button", name="Sign in").click()
+    expect(admin).to_have_url(re.compile(r"/$"))
+    admin.goto("/admin/users")
+    admin.locator("#new-email").fill("reviewer@acme.test")  # taken
+    admin.locator("#new-display-name").fill("Second Reviewer")
+    admin.locator("#add-user").get_by_label("reviewer").check()
+    admin.locator("#new-password").fill("a long enough password")
+    admin.get_by_role("button", name="Add user").click()
+    error = admin.locator("#add-user [role=alert]").first
+    expect(error).to_be_visible()
+    expect(error).to_be_in_viewport()  # not at the top of a long page, below the fold
+    expect(admin.locator("#new-email")).to_be_focused()
+    expect(admin.locator("#new-email")).to_have_value("reviewer@acme.test")  # what was typed stays
+    expect(admin.locator("#new-display-name")).to_have_value("Second Reviewer")
+    context.close()

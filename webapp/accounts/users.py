@@ -258,9 +258,23 @@ def _failed(user: User, exc: AccountError):
     return _users_page(CreateUserForm(formdata=None), row_errors={user.id: message}), 422
 
 
+def _first_wrong(form: CreateUserForm) -> str | None:
+    """The field a refused new user's form focuses: the first with an error (the email for an error of
+    the whole form: it is taken)."""
+    if form.form_errors:
+        return "email"
+    return next((name for name in ("email", "display_name", "roles", "password") if form[name].errors), None)
+
+
 def _users_page(form: CreateUserForm, row_errors: dict[int, str] | None = None) -> str:
     users = db.session.scalars(select(User).where(User.tenant_id == current_user.tenant_id).order_by(User.email)).all()
     locked = {user.id for user in users if account_locked(user.email)}
     return render_template(
-        "accounts/users.html", users=users, roles=ROLES, form=form, row_errors=row_errors or {}, locked_ids=locked
+        "accounts/users.html",
+        users=users,
+        roles=ROLES,
+        form=form,
+        first_wrong=_first_wrong(form),
+        row_errors=row_errors or {},
+        locked_ids=locked,
     )
