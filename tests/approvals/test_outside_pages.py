@@ -109,3 +109,12 @@ def test_an_admin_declares_a_tool_on_the_policies_page_and_a_refused_one_keeps_w
 
     removed = admin.post("/admin/policies/external-tools/wire/remove", data={"csrf_token": token})
     assert removed.status_code == 303 and api.as_(ADMIN).get("/api/external-tools").json["tools"] == []
+
+
+def test_the_audit_log_says_what_an_edited_approval_changed(app, api):
+    declare(api)
+    call = ask(api).json
+    edited = {"amount_cents": 20_000, "account": "ACME-17", "memo": "invoice 88"}
+    api.as_(REVIEWER).post(f"/api/approvals/{call['id']}", json={"decision": "approve", "input": edited})
+    html = page_text(session_as(app, "auditor@acme.test"), "/audit?action=approval_decided")
+    assert "approve (edited: amount $300.00 → $200.00)" in words(html)

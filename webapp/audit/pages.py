@@ -22,6 +22,7 @@ from webapp.audit import charts, costs, exports, queries
 from webapp.models import Conversation, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.tools.presenting import changes
 from webapp.web import htmx
 from webapp.web.pagination import Page
 from webapp.web.security import roles_required
@@ -60,6 +61,8 @@ def summary(event) -> str:
         text = str(data.get("message", ""))
     elif event.action == "approval_decided":
         text = f"{data.get('decision', event.outcome)}" + (f": {data['reason']}" if data.get("reason") else "")
+        if isinstance(data.get("input"), dict) and isinstance(data.get("edited_to"), dict):  # what the edit changed
+            text += f" (edited: {changes(data['input'], data['edited_to'])})"
     elif event.action in _TOOL_ACTIONS and "input" in data:
         text = json.dumps(data["input"], ensure_ascii=False)
     else:
