@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_langgraph_agent_runs_the_transfer_two_reviewers_edited_and_approved(
     page_for, live_server, api, read, tmp_path
 ):
-    pytest.importorskip("langgraph")
     before = read(lambda s: s.scalar(select(func.coalesce(func.max(AuditEvent.id), 0))))
     assert declare(api, policy={"mode": "always", "approvals": 2}).status_code == 200
     ledger = tmp_path / "ledger.jsonl"
@@ -155,7 +154,6 @@ def run_outside(program: str, tmp_path: Path, live_server, token: str, *extra: s
 
 
 def test_an_agents_sdk_run_stops_for_the_desk_and_runs_the_edited_transfer(live_server, api, read, tmp_path):
-    pytest.importorskip("agents")
     assert declare(api).status_code == 200
     ledger = tmp_path / "ledger.jsonl"
     request = ("--request", "Pay supplier ACME-17 $300 for invoice 88", "--ledger", str(ledger), "--scripted")
@@ -183,7 +181,7 @@ def test_an_agents_sdk_run_stops_for_the_desk_and_runs_the_edited_transfer(live_
 def test_the_claude_agent_sdk_callback_allows_the_edited_call_and_denies_with_the_reviewers_reason(
     live_server, api, app
 ):
-    sdk = pytest.importorskip("claude_agent_sdk")
+    import claude_agent_sdk as sdk  # (the dev extras install LangGraph and both Agents SDKs: none is skipped)
     spec = importlib.util.spec_from_file_location("claude_example", ROOT / "examples" / "claude_agent_sdk_transfer.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)

@@ -188,7 +188,7 @@ def test_the_periodic_check_holds_a_changed_tool_before_any_call_and_releases_it
     held = events_since(read, since, "mcp_tool_held")
     assert [(e.tool_name, e.actor_label, e.data["server"]) for e in held] == [(RESERVE, "scheduled check", "warehouse")]
     home = sign_in(app, "admin@acme.test").get("/").text  # the admin's checklist says so
-    assert "1 MCP tool(s) held: their server changed what they do" in home and 'href="/admin/mcp"' in home
+    assert "1 MCP tool held: its server changed what it does" in home and 'href="/admin/mcp"' in home
 
     # Held before anyone called it or synced: the model is no longer offered it.
     conversation = ask(api, model, "check stock of SKU-3 first", tool_use(LOOKUP, {"sku": "SKU-3"}))
@@ -200,7 +200,7 @@ def test_the_periodic_check_holds_a_changed_tool_before_any_call_and_releases_it
     warehouse.start()  # back to what the admin accepted
     wait_until(lambda: not row().held, 30, "the periodic check to release the tool")
     assert [e.tool_name for e in events_since(read, since, "mcp_tool_released")] == [RESERVE]
-    assert "All 2 MCP tool(s) do what an admin accepted." in sign_in(app, "admin@acme.test").get("/").text
+    assert "All 2 MCP tools do what an admin accepted." in sign_in(app, "admin@acme.test").get("/").text
     assert warehouse.received() == 0
 
 

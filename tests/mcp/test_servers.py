@@ -144,7 +144,7 @@ def test_the_admin_page_adds_syncs_and_removes_and_keeps_what_was_typed(app, war
     added = admin.post("/admin/mcp", {"name": "warehouse", "url": warehouse.url, "headers": "X-Key: k3y-value"})
     assert added.status_code == 303
     page = admin.get("/admin/mcp").text
-    assert "Added warehouse with 2 tool(s)." in page
+    assert "Added warehouse with 2 tools." in page
     assert "Runs at once (its server marks it read-only)." in page and "Waits for one approval." in page
     assert "X-Key (stored encrypted)" in page and "k3y-value" not in page
     assert LOOKUP in admin.get("/admin/policies").text  # the policies page lists the tenant's MCP tools

@@ -20,6 +20,7 @@ from webapp.models import McpServer
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools import mcp
+from webapp.tools.presenting import plural
 from webapp.web.security import roles_required
 
 bp = Blueprint("mcp", __name__, url_prefix="/admin/mcp")
@@ -58,7 +59,7 @@ def add():
         )
     except mcp.McpError as exc:
         return _page(error=str(exc), typed=form), 422
-    flash(f"Added {server.name} with {len(server.tools)} tool(s). " + " ".join(_said(report)), "info")
+    flash(f"Added {server.name} with {plural(len(server.tools), 'tool')}. " + " ".join(_said(report)), "info")
     return redirect(url_for(".index"), code=303)
 
 
@@ -80,7 +81,7 @@ def remove(name: str):
         names = mcp_actions.remove(db.session, current_user.tenant_id, current_user._get_current_object(), name)
     except mcp.McpError as exc:
         return _page(error=str(exc)), 422
-    flash(f"Removed {name} and its {len(names)} tool(s); the assistant no longer has them.", "info")
+    flash(f"Removed {name} and its {plural(len(names), 'tool')}; the assistant no longer has them.", "info")
     return redirect(url_for(".index"), code=303)
 
 
