@@ -34,6 +34,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+LAPTOP = {"width": 1400, "height": 900}  # the screen people tried the pages on
 TIMEOUT_MS = 20_000  # a shared two-core machine runs the server, a worker, the database and Chromium
 PASSWORD = "demo-password"
 CSP_VIOLATION = re.compile(r"Content Security Policy|Refused", re.IGNORECASE)
@@ -182,13 +183,14 @@ def console() -> Iterator[ConsoleLog]:
 
 @pytest.fixture
 def new_page(browser, live_server, console, request, tmp_path) -> Iterator[Callable[[], Page]]:
-    """new_page(): a page in a NEW browser context (its own cookies), signed out, on the live server.
+    """new_page(**context options): a page in a NEW browser context (its own cookies), signed out, on
+    the live server (`viewport=LAPTOP`, say).
 
     If the test fails, every open page is saved as a screenshot under tmp_path."""
     contexts: list[BrowserContext] = []
 
-    def open_page() -> Page:
-        context = browser.new_context(base_url=live_server.url)
+    def open_page(**options) -> Page:
+        context = browser.new_context(base_url=live_server.url, **options)
         context.set_default_timeout(TIMEOUT_MS)
         contexts.append(context)
         page = context.new_page()
@@ -213,11 +215,11 @@ def new_page(browser, live_server, console, request, tmp_path) -> Iterator[Calla
 
 @pytest.fixture
 def page_for(new_page) -> Callable[[str], Page]:
-    """page_for(email): a new browser context signed in through the real /login form as that demo
-    user; returns its page, on the home page."""
+    """page_for(email, **context options): a new browser context signed in through the real /login form
+    as that demo user; returns its page, on the home page."""
 
-    def sign_in(email: str) -> Page:
-        page = new_page()
+    def sign_in(email: str, **options) -> Page:
+        page = new_page(**options)
         page.goto("/login")
         page.get_by_label("Email").fill(email)
         page.get_by_label("Password").fill(PASSWORD)

@@ -9,6 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import LAPTOP
 from tests.browser.test_live_pages import ask
 
 pytestmark = pytest.mark.slow
@@ -53,18 +54,8 @@ def test_a_first_message_past_the_limit_stays_in_its_box(page_for, console):
     assert all("status of 422" in error for error in console.errors()), console.errors()
 
 
-def test_a_refused_new_user_comes_back_at_the_form_with_the_wrong_field_focused(browser, live_server, console):
-    from tests.browser.conftest import PASSWORD, TIMEOUT_MS
-
-    context = browser.new_context(base_url=live_server.url, viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    admin = context.new_page()
-    console.record(admin)
-    admin.goto("/login")
-    admin.get_by_label("Email").fill("admin@acme.test")
-    admin.get_by_label("Password").fill(PASSWORD)
-    admin.get_by_role("button", name="Sign in").click()
-    expect(admin).to_have_url(re.compile(r"/$"))
+def test_a_refused_new_user_comes_back_at_the_form_with_the_wrong_field_focused(page_for):
+    admin = page_for("admin@acme.test", viewport=LAPTOP)
     admin.goto("/admin/users")
     admin.locator("#new-email").fill("reviewer@acme.test")  # taken
     admin.locator("#new-display-name").fill("Second Reviewer")
@@ -77,4 +68,3 @@ def test_a_refused_new_user_comes_back_at_the_form_with_the_wrong_field_focused(
     expect(admin.locator("#new-email")).to_be_focused()
     expect(admin.locator("#new-email")).to_have_value("reviewer@acme.test")  # what was typed stays
     expect(admin.locator("#new-display-name")).to_have_value("Second Reviewer")
-    context.close()

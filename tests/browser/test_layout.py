@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import PASSWORD, TIMEOUT_MS
+from tests.browser.conftest import LAPTOP, PASSWORD, TIMEOUT_MS
 from tests.browser.test_live_pages import ask
 
 pytestmark = pytest.mark.slow
@@ -178,18 +178,9 @@ WORDS_BROKEN = """cells => {
 }"""
 
 
-def test_the_policies_page_keeps_tool_names_and_words_whole_on_a_laptop(browser, live_server, console):
-    context = browser.new_context(base_url=live_server.url, viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    console.record(page)
-    page.goto("/login")
-    page.get_by_label("Email").fill("admin@acme.test")
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page).to_have_url(re.compile(r"/$"))
+def test_the_policies_page_keeps_tool_names_and_words_whole_on_a_laptop(page_for):
+    page = page_for("admin@acme.test", viewport=LAPTOP)
     page.goto("/admin/policies")
     expect(page.locator("#policy-lookup_customer")).to_be_visible()
     broken = page.locator('tr[id^="policy-"] > td:first-child').evaluate_all(WORDS_BROKEN)
-    context.close()
     assert broken == [], f"words broken across lines in the tool column: {broken}"

@@ -182,6 +182,7 @@ def test_the_claude_agent_sdk_callback_allows_the_edited_call_and_denies_with_th
     live_server, api, app
 ):
     import claude_agent_sdk as sdk  # (the dev extras install LangGraph and both Agents SDKs: none is skipped)
+
     spec = importlib.util.spec_from_file_location("claude_example", ROOT / "examples" / "claude_agent_sdk_transfer.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
