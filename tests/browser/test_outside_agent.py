@@ -12,7 +12,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,13 +38,8 @@ def test_a_langgraph_agent_runs_the_transfer_two_reviewers_edited_and_approved(
     assert declare(api, policy={"mode": "always", "approvals": 2}).status_code == 200
     ledger = tmp_path / "ledger.jsonl"
     request = ("--request", "Pay supplier ACME-17 $300 for invoice 88", "--ledger", str(ledger))
-    agent = run_outside("langgraph_transfer.py", tmp_path, live_server, api.token(AGENT), *request)
-    try:
-        wait_until(
-            lambda: read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 1,
-            60,
-            "the agent to ask",
-        )
+    with outside_agent("langgraph_transfer.py", tmp_path, live_server, api.token(AGENT), *request) as agent:
+        asked(read)
         reviewer = page_for(REVIEWER)
         open_first_waiting_call(reviewer)
         expect(reviewer.locator("#outside-context")).to_contain_text("Asked by treasury-graph")
@@ -62,12 +59,7 @@ def test_a_langgraph_agent_runs_the_transfer_two_reviewers_edited_and_approved(
         second.get_by_role("button", name=re.compile(r"^Approve")).first.click()
         expect(second.locator(".flash").first).to_contain_text("You approved")
 
-        out, err = agent.communicate(timeout=120)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-    assert agent.returncode == 0, err
-    said = json.loads(out.strip().splitlines()[-1])
+        said = said_by(agent)
     assert said["asked"]["amount_cents"] == 30_000
     assert said["decision"]["status"] == "approved" and said["sent"]["amount_cents"] == 20_000
     assert [json.loads(line)["amount_cents"] for line in ledger.read_text().splitlines()] == [20_000]
@@ -137,6 +129,31 @@ def test_the_client_asks_waits_and_reports_as_a_coroutine_and_says_what_the_desk
     assert given_up.status == "cancelled"
 
 
+@contextmanager
+def outside_agent(program: str, tmp_path: Path, live_server, token: str, *extra: str) -> Iterator[subprocess.Popen]:
+    """An example agent running outside the repo (run_outside), killed if the test ends before it does."""
+    agent = run_outside(program, tmp_path, live_server, token, *extra)
+    try:
+        yield agent
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+
+def asked(read) -> None:
+    """Wait until the outside agent has asked the desk."""
+    wait_until(
+        lambda: read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 1, 60, "the agent to ask"
+    )
+
+
+def said_by(agent: subprocess.Popen) -> dict:
+    """The agent's last line of output, once it ended well."""
+    out, err = agent.communicate(timeout=120)
+    assert agent.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def run_outside(program: str, tmp_path: Path, live_server, token: str, *extra: str) -> subprocess.Popen:
     """An example agent from examples/, copied outside the repo with the client beside it, started."""
     where = tmp_path / "team-repo"
@@ -157,21 +174,13 @@ def test_an_agents_sdk_run_stops_for_the_desk_and_runs_the_edited_transfer(live_
     assert declare(api).status_code == 200
     ledger = tmp_path / "ledger.jsonl"
     request = ("--request", "Pay supplier ACME-17 $300 for invoice 88", "--ledger", str(ledger), "--scripted")
-    agent = run_outside("openai_agents_transfer.py", tmp_path, live_server, api.token(AGENT), *request)
-    try:
-        wait_until(
-            lambda: read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 1, 60, "the agent to ask"
-        )
+    with outside_agent("openai_agents_transfer.py", tmp_path, live_server, api.token(AGENT), *request) as agent:
+        asked(read)
         call_id = api.as_(REVIEWER).get("/api/approvals").json["approvals"][0]["id"]
         edited = {"amount_cents": 20_000, "account": "ACME-17", "memo": "invoice 88"}
         decided = api.as_(REVIEWER).post(f"/api/approvals/{call_id}", json={"decision": "approve", "input": edited})
         assert decided.status_code == 200, decided.json
-        out, err = agent.communicate(timeout=120)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-    assert agent.returncode == 0, err
-    said = json.loads(out.strip().splitlines()[-1])
+        said = said_by(agent)
     assert said["sent"] == edited and "Sent $200.00 to ACME-17." in said["final_output"]
     assert [json.loads(line) for line in ledger.read_text().splitlines()] == [edited]
     shown = api.as_(AGENT).get(f"/api/calls/{call_id}").json

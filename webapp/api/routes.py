@@ -586,7 +586,7 @@ def get_call(call_id: int):
     """With `wait`: answers as soon as the call is decided, or after that many seconds as it is."""
     asked = query(CallQuery)
     call = outside_actions.find(db.session, g.user, call_id)
-    call = outside_actions.wait(current_app._get_current_object(), db.session, g.user, call, asked.wait or 0)
+    call = outside_actions.wait(current_app._get_current_object(), g.user, call, asked.wait or 0)
     return answer(call_view(call))
 
 

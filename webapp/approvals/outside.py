@@ -24,7 +24,7 @@ from webapp.web.errors import Refused
 
 MAX_WAIT_SECONDS = 60  # the longest one GET /api/calls/<id>?wait= holds (webapp/api/schemas.py CallQuery)
 LOOK_SECONDS = 2.0  # a wait reads the call again at least this often (a lost signal costs no more)
-OUTSIDE_STATUS = {
+HTTP_STATUS = {  # of each OutsideError code
     "unknown_tool": 422,
     "invalid_input": 422,
     "idempotency_conflict": 409,
@@ -39,7 +39,7 @@ class OutsideRefused(Refused):
     """An outside call refused: `field` names the request field to change, `problems` the arguments."""
 
     def __init__(self, exc: outside.OutsideError) -> None:
-        super().__init__(OUTSIDE_STATUS.get(exc.code, 409), exc.code, exc.message)
+        super().__init__(HTTP_STATUS.get(exc.code, 409), exc.code, exc.message)
         self.field, self.problems = exc.field, exc.problems
 
 
@@ -73,7 +73,7 @@ def find(session: Session, user: User, call_id: int) -> ToolCall:
     return call
 
 
-def wait(app: Flask, session: Session, user: User, call: ToolCall, seconds: int) -> ToolCall:
+def wait(app: Flask, user: User, call: ToolCall, seconds: int) -> ToolCall:
     """The call once it no longer waits for a decision, or as it is after `seconds`. The wait holds no
     database session: it follows the call's live channel (the pages' own) and reads the call again
     when something changed, and every LOOK_SECONDS in case a signal was lost."""

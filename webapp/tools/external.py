@@ -10,6 +10,7 @@ Nothing here loads Flask, RQ or Redis.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -109,7 +110,7 @@ def check(name: str, declared: Declaration, taken: set[str]) -> None:
     problem = schema_problem(declared.input_schema)
     if problem:
         raise DeclarationError(f"The tool cannot be declared: {problem}.", "input_schema")
-    if len(str(declared.input_schema)) > MAX_SCHEMA_CHARS:
+    if len(json.dumps(declared.input_schema)) > MAX_SCHEMA_CHARS:
         raise DeclarationError(f"The input schema is at most {MAX_SCHEMA_CHARS:,} characters.", "input_schema")
     properties = declared.input_schema.get("properties") or {}
     for field, argument in (("amount", declared.amount), ("subject", declared.subject)):
