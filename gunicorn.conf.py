@@ -21,7 +21,7 @@ Settings from the environment (each has a default that suits a small machine):
     WEB_THREADS          200        threads per process = open live pages it can hold, plus requests
     WEB_TIMEOUT          30         seconds of silence from a process before the master restarts it
     FORWARDED_ALLOW_IPS  127.0.0.1  the proxy that ends TLS, whose X-Forwarded-* headers are believed
-    LOG_FORMAT/LOG_LEVEL            as for the app (README, "Logs"): gunicorn's own lines are JSON too
+    LOG_FORMAT/LOG_LEVEL            as for the app (docs/operating.md, "Logs"): gunicorn's own lines are JSON too
 
 A bad value stops gunicorn before it starts, with a sentence naming the variable.
 """

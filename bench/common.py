@@ -81,7 +81,7 @@ def ratio(numerator: float | None, denominator: float | None) -> str:
 
 
 class Table:
-    """A titled table that prints aligned for a terminal and renders as Markdown for the README."""
+    """A titled table that prints aligned for a terminal and renders as Markdown for docs/performance.md."""
 
     def __init__(self, title: str, headers: Sequence[str], labels: int = 1) -> None:
         self.title = title

@@ -1,4 +1,4 @@
-"""The benchmark: one command, every figure the README's "Performance" section shows.
+"""The benchmark: one command, every figure docs/performance.md shows.
 
     .venv/bin/python -m bench --quick                      # a few minutes: small sizes
     .venv/bin/python -m bench --postgres postgresql://postgres@127.0.0.1:5432/bench_db \

@@ -1,4 +1,4 @@
-"""Screenshots of the main pages for the README, from seeded demo data.
+"""Screenshots of the main pages for docs/pages.md, from seeded demo data.
 
     .venv/bin/python scripts/screenshots.py [docs/screenshots]
 

@@ -1,5 +1,5 @@
 """The benchmark command must keep working: its smallest slices (a few conversations, SQLite, an
-embedded Redis, one worker subprocess at a time) run end to end and write the JSON the README's
+embedded Redis, one worker subprocess at a time) run end to end and write the JSON docs/performance.md's
 tables come from. Only the shape of the results is checked, never a speed."""
 
 from __future__ import annotations
