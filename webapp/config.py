@@ -11,12 +11,15 @@ Config is the app's (web, worker, scheduler); ServerConfig is what gunicorn.conf
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, get_args
 from urllib.parse import urlsplit
@@ -111,6 +114,60 @@ def _tool_paths(value: Any) -> Any:
 
 def _outbound_allow(value: Any) -> Any:
     return outbound.allow_entries(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class Price:
+    """What a model's tokens cost, in USD per million tokens (webapp/audit/costs.py prices calls with it)."""
+
+    input: Decimal
+    output: Decimal
+    cache_write: Decimal
+    cache_read: Decimal
+
+
+_PRICE_KEYS = ("input", "output", "cache_write", "cache_read")
+_MODEL_PRICES_EXAMPLE = (
+    'MODEL_PRICES=\'{"claude-sonnet-5": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}\''
+)
+
+
+def _model_prices(value: Any) -> Any:
+    """MODEL_PRICES: a JSON object of model-name prefix or family -> {"input", "output",
+    "cache_write"?, "cache_read"?} in USD per million tokens, read into (name, Price) pairs. Missing
+    cache prices follow input (x1.25 write, x0.1 read)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        entries = json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"is not valid JSON ({exc}); e.g. {_MODEL_PRICES_EXAMPLE}") from None
+    if not isinstance(entries, dict):
+        raise ValueError(f"must be a JSON object of model -> prices; e.g. {_MODEL_PRICES_EXAMPLE}")
+    prices = []
+    for model, price in entries.items():
+        if not isinstance(price, dict) or not {"input", "output"} <= price.keys():
+            raise ValueError(f'["{model}"] needs at least "input" and "output" (USD per million tokens)')
+        unknown = price.keys() - set(_PRICE_KEYS)
+        if unknown:
+            raise ValueError(f'["{model}"] has unknown keys {sorted(unknown)}; the keys are {", ".join(_PRICE_KEYS)}')
+        numbers = {key: _usd(model, key, amount) for key, amount in price.items()}
+        numbers.setdefault("cache_write", numbers["input"] * Decimal("1.25"))
+        numbers.setdefault("cache_read", numbers["input"] * Decimal("0.1"))
+        prices.append((model.strip().lower(), Price(**numbers)))
+    return tuple(prices)
+
+
+def _usd(model: str, key: str, value: Any) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f'["{model}"]["{key}"] must be a number of USD per million tokens, got {value!r}')
+    try:
+        amount = Decimal(str(value))
+    except InvalidOperation:
+        raise ValueError(f'["{model}"]["{key}"] must be a number, got {value!r}') from None
+    if not amount.is_finite() or amount < 0:
+        raise ValueError(f'["{model}"]["{key}"] must be zero or more, got {value!r}')
+    return amount
 
 
 def _web_address(url: str) -> str:
@@ -217,7 +274,8 @@ def _sentences(settings_cls: type[BaseSettings], exc: ValidationError, environ: 
 
 def _sentence(variable: str, field: FieldInfo | None, error: ErrorDetails, raw: str | None) -> str:
     if error["type"] == "value_error":  # one of the checks above, already in words
-        return f"{variable} {error['ctx']['error']}"
+        words = str(error["ctx"]["error"])  # (words starting with [ say which entry: MODEL_PRICES["x"])
+        return f"{variable}{'' if words.startswith('[') else ' '}{words}"
     example = f"; e.g. {variable}={field.examples[0]}" if field and field.examples else ""
     if error["type"] == "greater_than_equal" and len(error["loc"]) == 1:
         return f"{variable} must be at least {error['ctx']['ge']:g}, got {(raw or '').strip()}{example}"
@@ -392,6 +450,11 @@ class Config(_LogSettings):
     # none, only public addresses
     outbound_allow: Annotated[tuple[str, ...], BeforeValidator(_outbound_allow)] = Field(
         (), validation_alias="OUTBOUND_ALLOW"
+    )
+    # what model calls cost on the auditors' dashboard (webapp/audit/costs.py): (model-name prefix or
+    # family, price) pairs from MODEL_PRICES, laid over the built-in list prices. Default: those alone
+    model_prices: Annotated[tuple[tuple[str, Price], ...], BeforeValidator(_model_prices)] = Field(
+        (), validation_alias="MODEL_PRICES"
     )
 
     @model_validator(mode="before")

@@ -18,8 +18,10 @@ from sqlalchemy import delete, select
 
 from demo.billing import synthetic
 from tests.clients import session_as
+from tests.conftest import desk_app, pushed
 from webapp import audit_chain
 from webapp.audit import charts, costs, exports, queries
+from webapp.config import Config, ConfigError
 from webapp.models import AuditEvent, AuditHead, Conversation, Tenant, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
@@ -440,7 +442,7 @@ def small_case(app, fresh, acme):
     }
 
 
-def test_the_dashboard_figures_match_a_hand_computed_case(app, acme, small_case):
+def test_the_dashboard_figures_match_a_hand_computed_case(app, env, acme, small_case):
     today, yesterday = small_case["today"], small_case["yesterday"]
     board = costs.dashboard(db.engine, acme, today - timedelta(days=29), today)
     # USD per million tokens: Sonnet 3 in, 15 out, 0.30 cache read; Opus 5/25; Haiku 1/5, 1.25 cache write.
@@ -503,7 +505,7 @@ def test_the_dashboard_figures_match_a_hand_computed_case(app, acme, small_case)
     assert only_today.approvals_total.requested == 2  # the one asked yesterday is outside the range ...
     assert sorted(only_today.approvals_total.latencies) == [60.0, 180.0, 3600.0]  # ... but its latency counts
 
-    cheap = costs.prices_from_env({"MODEL_PRICES": '{"mystery": {"input": 1000000, "output": 0}}'})
+    cheap = configured_prices(env, '{"mystery": {"input": 1000000, "output": 0}}')
     assert costs.dashboard(db.engine, acme, today, today, cheap).usage_total.cost == haiku + 10
 
 
@@ -533,6 +535,20 @@ def test_the_dashboard_page_shows_the_numbers_beside_charts_drawn_on_the_server(
     old = client.get("/audit/dashboard?from=2020-01-01&to=2020-01-31", headers={"HX-Request": "true"})
     assert old.get_data(as_text=True).lstrip().startswith('<div id="audit-dashboard"')
     assert "No model calls in this range." in old.get_data(as_text=True)
+
+
+def test_prices_set_in_model_prices_change_what_the_dashboard_shows(app, env, small_case):
+    def spent(page: str) -> str:
+        return " ".join(re.sub(r"<[^>]+>", " ", page.split('id="headline-spend">')[1].split("</p>")[0]).split())
+
+    listed = session_as(app, AUDITOR).get("/audit/dashboard").get_data(as_text=True)
+    assert spent(listed) == "$0.0138 spent on the model" and "No price for mystery-1" in listed
+    # mystery-1 read 10 tokens, at $1 a token; Sonnet's calls at a tenth of its list prices
+    prices = {"mystery": {"input": 1_000_000, "output": 0}, "claude-sonnet": {"input": 0.3, "output": 1.5}}
+    with pushed(desk_app({**env, "MODEL_PRICES": json.dumps(prices)})) as priced:
+        page = session_as(priced, AUDITOR).get("/audit/dashboard").get_data(as_text=True)
+    assert spent(page) == "$10.0093 spent on the model"  # Sonnet 0.00051 + Opus 0.00375 + Haiku 0.005 + 10
+    assert "No price for mystery-1" not in page
 
 
 def test_the_dashboard_lists_only_days_with_figures_newest_first_after_a_headline_row(app, acme, small_case):
@@ -569,7 +585,15 @@ def test_the_dashboard_lists_only_days_with_figures_newest_first_after_a_headlin
 # --- prices -----------------------------------------------------------------------------------
 
 
-def test_prices_go_by_family_or_prefix_and_the_environment_overrides_them():
+def configured_prices(env: dict[str, str], model_prices: str) -> costs.PriceTable:
+    """The price table of an app started with MODEL_PRICES=model_prices."""
+    from webapp.audit.pages import prices
+
+    with pushed(desk_app({**env, "MODEL_PRICES": model_prices})):
+        return prices()
+
+
+def test_prices_go_by_family_or_prefix_and_the_environment_overrides_them(env):
     defaults = costs.PriceTable()
     assert (
         defaults.lookup("claude-sonnet-5")
@@ -586,33 +610,33 @@ def test_prices_go_by_family_or_prefix_and_the_environment_overrides_them():
         "claude-sonnet-5": {"input": 2, "output": 10},
         "opus": {"input": 1, "output": 2, "cache_write": 3, "cache_read": 4},
     }
-    table = costs.prices_from_env({"MODEL_PRICES": json.dumps(overrides)})
+    table = configured_prices(env, json.dumps(overrides))
     assert table.lookup("claude-sonnet-5-20270101") == costs.Price(
         Decimal(2), Decimal(10), Decimal("2.50"), Decimal("0.2")
     )
     assert table.lookup("claude-opus-4-1").cache_read == 4  # an entry of MODEL_PRICES wins over a built-in one
     assert table.lookup("claude-sonnet-4") == costs.DEFAULT_PRICES["sonnet"]
     assert costs.cost(usage, table) == Decimal(12)
-    assert costs.prices_from_env({}) == costs.PriceTable()
+    assert configured_prices(env, "  ") == costs.PriceTable()
     for raw, words in (
-        ("{nope", "not valid JSON"),
-        ("[1]", "JSON object"),
-        ('{"x": {"input": 1}}', '"input" and "output"'),
-        ('{"x": {"input": -1, "output": 1}}', "zero or more"),
-        ('{"x": {"input": "abc", "output": 1}}', "must be a number"),
-        ('{"x": {"input": 1, "output": 1, "cache": 1}}', "unknown keys"),
+        ("{nope", "MODEL_PRICES is not valid JSON"),
+        ("[1]", "MODEL_PRICES must be a JSON object of model -> prices; e.g. MODEL_PRICES='{"),
+        ('{"x": {"input": 1}}', 'MODEL_PRICES["x"] needs at least "input" and "output"'),
+        ('{"x": {"input": -1, "output": 1}}', 'MODEL_PRICES["x"]["input"] must be zero or more, got -1'),
+        ('{"x": {"input": "abc", "output": 1}}', """MODEL_PRICES["x"]["input"] must be a number, got 'abc'"""),
+        ('{"x": {"input": 1, "output": 1, "cache": 1}}', """MODEL_PRICES["x"] has unknown keys ['cache']"""),
     ):
-        with pytest.raises(costs.PriceError, match=re.escape(words)):
-            costs.prices_from_env({"MODEL_PRICES": raw})
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            Config.from_env({**env, "MODEL_PRICES": raw})
 
 
 def test_a_bad_model_prices_setting_stops_the_app_at_boot_with_a_sentence(env, monkeypatch):
     from webapp import create_app
-    from webapp.config import Config
 
-    monkeypatch.setenv("MODEL_PRICES", "{not json")
-    with pytest.raises(SystemExit, match="MODEL_PRICES is not valid JSON"):
-        create_app(Config.from_env(env))
+    for variable, value in {**env, "MODEL_PRICES": "{not json"}.items():
+        monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit, match=re.escape("Configuration error: MODEL_PRICES is not valid JSON")):
+        create_app()
 
 
 # --- tenants, bad input, the command line -----------------------------------------------------

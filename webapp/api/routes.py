@@ -635,7 +635,7 @@ def cancel_call(call_id: int):
 @api_roles("auditor", "admin")
 def audit_events():
     """The tenant's audit events, newest first, a page at a time."""
-    known_names(AuditQuery)  # the values' rules are the audit page's (422 invalid_filter)
+    known_names(AuditQuery)  # its names; the values are read as the audit page reads them (422 invalid_filter)
     return answer(AuditPage.model_validate(audit_queries.api_page(db.session, g.user, request.args)))
 
 

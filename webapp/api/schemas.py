@@ -37,10 +37,11 @@ from webapp.agent.outside import STATUS as OUTSIDE_STATUS
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.approvals.actions import MAX_REASON_CHARS, holder
 from webapp.approvals.outside import MAX_WAIT_SECONDS
-from webapp.audit.queries import API_MAX_LIMIT, MAX_TEXT
+from webapp.audit import queries as audit_queries
+from webapp.audit.queries import API_MAX_LIMIT, MAX_CONVERSATION
 from webapp.conversations import cards
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
-from webapp.models import MAX_ROW_ID, ApiToken, Conversation, ToolCall, WebhookDelivery, WebhookSubscription
+from webapp.models import ApiToken, Conversation, ToolCall, WebhookDelivery, WebhookSubscription
 from webapp.tools.registry import Review, ToolRegistry
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
@@ -444,64 +445,52 @@ class TokensQuery(QueryParameters):
     ] = None
 
 
-def _filter_text(limit: int, description: str) -> Any:
-    return Field(max_length=limit, pattern=NO_NUL, description=description)
-
-
 def _or_empty(schema: dict[str, Any]) -> dict[str, Any]:
     """A parameter's schema that also lets it be sent empty, meaning the same as leaving it out (as the
     audit page's form sends a filter nobody filled in)."""
     return {"anyOf": [schema, {"type": "string", "maxLength": 0}]}
 
 
-class AuditQuery(QueryParameters):
-    """The audit log's filters and page (the same filters as the audit page: a filter sent empty is no
-    filter); a bad value is a 422 invalid_filter that says what to send instead."""
+def _audit_day(description: str) -> Any:
+    return Field(json_schema_extra=_or_empty({"type": "string", "format": "date"}), description=description)
 
-    from_: Annotated[
-        str | None,
-        Field(
-            alias="from",
-            json_schema_extra=_or_empty({"type": "string", "format": "date"}),
-            description="Events on or after this day (UTC).",
-        ),
-        Rule("must be a date like 2026-11-29"),
-    ] = None
-    to: Annotated[
-        str | None,
-        Field(
-            json_schema_extra=_or_empty({"type": "string", "format": "date"}),
-            description="Events on or before this day (UTC).",
-        ),
-        Rule("must be a date like 2026-11-29"),
-    ] = None
-    person: Annotated[str | None, _filter_text(254, "The actor's email, or part of it."), Rule("is text")] = None
-    action: Annotated[str | None, _filter_text(64, "The action, e.g. approval_decided."), Rule("is text")] = None
-    tool: Annotated[str | None, _filter_text(128, "The tool's name."), Rule("is text")] = None
-    outcome: Annotated[str | None, _filter_text(32, "The outcome, e.g. rejected."), Rule("is text")] = None
-    q: Annotated[str | None, _filter_text(MAX_TEXT, "Text to look for in the events."), Rule("is text")] = None
-    conversation: Annotated[
-        Annotated[int, Field(ge=0, le=MAX_ROW_ID)] | None,
-        BeforeValidator(_digits),
-        Field(
-            json_schema_extra=_or_empty({"type": "integer", "minimum": 0, "maximum": MAX_ROW_ID}),
-            description="The conversation's number.",
-        ),
-        Rule("must be a conversation's number, like 42"),
-    ] = None
+
+def _audit_text(name: str, description: str) -> Any:
+    return Field(
+        json_schema_extra={"maxLength": audit_queries.TEXTS[name][1], "pattern": NO_NUL}, description=description
+    )
+
+
+def _audit_number(largest: int, description: str, smallest: int = 0) -> Any:
+    schema = {"type": "integer", "minimum": smallest, "maximum": largest}
+    return Field(json_schema_extra=_or_empty(schema), description=description)
+
+
+class AuditQuery(QueryParameters):
+    """The audit log's query parameters, as documented. Their values are read by the audit page's own
+    reading (webapp.audit.queries.read_query, which holds their rules): a filter sent empty is no
+    filter, and a bad value is a 422 invalid_filter in the page's words. So this model names the
+    parameters (an unknown one is a 422 invalid_field) and describes them; it checks no value."""
+
+    from_: Annotated[str | None, Field(alias="from"), _audit_day("Events on or after this day (UTC).")] = None
+    to: Annotated[str | None, _audit_day("Events on or before this day (UTC).")] = None
+    person: Annotated[str | None, _audit_text("person", "The actor's email, or part of it.")] = None
+    action: Annotated[str | None, _audit_text("action", "The action, e.g. approval_decided.")] = None
+    tool: Annotated[str | None, _audit_text("tool", "The tool's name.")] = None
+    outcome: Annotated[str | None, _audit_text("outcome", "The outcome, e.g. rejected.")] = None
+    q: Annotated[str | None, _audit_text("q", "Text to look for in the events.")] = None
+    conversation: Annotated[str | None, _audit_number(MAX_CONVERSATION, "The conversation's number.")] = None
     cursor: Annotated[
         str | None,
         Field(description="The next_cursor of an earlier answer, unchanged; left out: the newest events."),
-        Rule("must be the next_cursor of an earlier answer"),
     ] = None
     limit: Annotated[
-        Annotated[int, Field(ge=1, le=API_MAX_LIMIT)] | None,
-        BeforeValidator(_digits),
-        Field(
-            json_schema_extra=_or_empty({"type": "integer", "minimum": 1, "maximum": API_MAX_LIMIT}),
-            description=f"Events per page, 100 unless given (at most {API_MAX_LIMIT}).",
+        str | None,
+        _audit_number(
+            API_MAX_LIMIT,
+            f"Events per page, {audit_queries.API_LIMIT} unless given (at most {API_MAX_LIMIT}).",
+            smallest=1,
         ),
-        Rule(f"must be a whole number from 1 to {API_MAX_LIMIT}"),
     ] = None
 
 

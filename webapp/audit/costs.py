@@ -2,13 +2,13 @@
 auditors' dashboard figures computed from the audit log.
 
 Prices are USD per million tokens. A model is priced by the longest entry its name starts with, else
-by its family (opus, sonnet, haiku) named anywhere in it; MODEL_PRICES (JSON) overrides or adds
-entries, and its entries win over the built-in ones. An unknown model costs 0 and is flagged.
+by its family (opus, sonnet, haiku) named anywhere in it; MODEL_PRICES (JSON, read and checked with
+the other settings: `Config.model_prices`) overrides or adds entries, and its entries win over the
+built-in ones. An unknown model costs 0 and is flagged.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -16,31 +16,18 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from sqlalchemy import String, and_, case, func, literal_column, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import aliased
 
+from webapp.config import Price
 from webapp.models import AuditEvent, Conversation, User
 
 MILLION = Decimal(1_000_000)
 FAMILIES = ("opus", "sonnet", "haiku")
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-
-
-class PriceError(ValueError):
-    """MODEL_PRICES cannot be read; the message says what is wrong and how to write it."""
-
-
-@dataclass(frozen=True)
-class Price:
-    """USD per million tokens."""
-
-    input: Decimal
-    output: Decimal
-    cache_write: Decimal
-    cache_read: Decimal
 
 
 def _price(input_: str, output: str, cache_write: str, cache_read: str) -> Price:
@@ -59,10 +46,6 @@ DEFAULT_PRICES: dict[str, Price] = {
     "claude-3-5-haiku": _price("0.80", "4", "1", "0.08"),
     "claude-3-haiku": _price("0.25", "1.25", "0.30", "0.03"),
 }
-
-MODEL_PRICES_EXAMPLE = (
-    'MODEL_PRICES=\'{"claude-sonnet-5": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}\''
-)
 
 
 @dataclass(frozen=True)
@@ -108,46 +91,6 @@ def _decimal(value) -> Decimal:
 
 def _get(usage, name: str):
     return usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
-
-
-def prices_from_env(env: Mapping[str, str]) -> PriceTable:
-    """The price table for this environment: the defaults, with MODEL_PRICES (a JSON object of
-    model-name prefix or family -> {"input", "output", "cache_write"?, "cache_read"?} in USD per
-    million tokens) laid over them. Missing cache prices follow input (x1.25 write, x0.1 read).
-    Raises PriceError naming the problem."""
-    raw = (env.get("MODEL_PRICES") or "").strip()
-    if not raw:
-        return PriceTable()
-    try:
-        entries = json.loads(raw)
-    except ValueError as exc:
-        raise PriceError(f"MODEL_PRICES is not valid JSON ({exc}); e.g. {MODEL_PRICES_EXAMPLE}") from None
-    if not isinstance(entries, dict):
-        raise PriceError(f"MODEL_PRICES must be a JSON object of model -> prices; e.g. {MODEL_PRICES_EXAMPLE}")
-    overrides = {}
-    for model, value in entries.items():
-        if not isinstance(value, dict) or not {"input", "output"} <= value.keys():
-            raise PriceError(f'MODEL_PRICES["{model}"] needs at least "input" and "output" (USD per million tokens)')
-        unknown = value.keys() - {"input", "output", "cache_write", "cache_read"}
-        if unknown:
-            raise PriceError(f'MODEL_PRICES["{model}"] has unknown keys {sorted(unknown)}')
-        numbers = {key: _amount(model, key, amount) for key, amount in value.items()}
-        numbers.setdefault("cache_write", numbers["input"] * Decimal("1.25"))
-        numbers.setdefault("cache_read", numbers["input"] * Decimal("0.1"))
-        overrides[model.strip().lower()] = Price(**numbers)
-    return PriceTable(overrides=overrides)
-
-
-def _amount(model: str, key: str, value) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise PriceError(f'MODEL_PRICES["{model}"]["{key}"] must be a number of USD per million tokens')
-    try:
-        amount = Decimal(str(value))
-    except InvalidOperation:
-        raise PriceError(f'MODEL_PRICES["{model}"]["{key}"] must be a number, got {value!r}') from None
-    if not amount.is_finite() or amount < 0:
-        raise PriceError(f'MODEL_PRICES["{model}"]["{key}"] must be zero or more, got {value!r}')
-    return amount
 
 
 def cost(usage, prices: PriceTable | None = None) -> Decimal:

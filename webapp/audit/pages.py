@@ -9,7 +9,6 @@ selections and pages in `queries`, the exports in `exports`, the figures in `cos
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
@@ -34,18 +33,10 @@ CHART_REUSE_SECONDS = 60
 _TOOL_ACTIONS = ("tool_call_requested", "approval_requested", "tool_call_executed")
 
 
-@bp.record_once
-def _load_prices(state) -> None:
-    # Read once at boot, so a bad MODEL_PRICES stops the app with a sentence, like Config does.
-    try:
-        state.app.extensions["audit.prices"] = costs.prices_from_env(os.environ)
-    except costs.PriceError as exc:
-        raise SystemExit(f"Configuration error: {exc}") from None
-
-
 def prices() -> costs.PriceTable:
-    """The app's price table (defaults with MODEL_PRICES laid over them)."""
-    return current_app.extensions["audit.prices"]
+    """The app's price table: the built-in list prices with MODEL_PRICES (`Config.model_prices`, read
+    and checked at boot with the other settings) laid over them."""
+    return costs.PriceTable(overrides=dict(services().config.model_prices))
 
 
 def summary(event) -> str:
@@ -86,24 +77,22 @@ def _choices(filters: queries.Filters) -> dict:
 @bp.get("")
 @roles_required(*AUDITORS)
 def index():
-    filters, errors = queries.parse_filters(request.args)
-    cursor, problem = queries.parse_cursor(request.args.get("cursor"))
-    errors += [problem] if problem else []
+    asked = queries.read_query(request.args)
     page = Page([], None)
-    if not errors:
-        selection = queries.select_events(current_user.tenant_id, filters, db.session)
-        page = queries.newest_first(db.session, selection, cursor, queries.PAGE_SIZE)
+    if not asked.errors:
+        selection = queries.select_events(current_user.tenant_id, asked.filters, db.session)
+        page = queries.newest_first(db.session, selection, asked.cursor, asked.size)
     return htmx.render(
         "audit/index.html",
         "audit/_results.html",
-        422 if errors else 200,
-        filters=filters,
-        errors=errors,
+        422 if asked.errors else 200,
+        filters=asked.filters,
+        errors=asked.errors,
         events=page.rows,
-        cursor=cursor,
+        cursor=asked.cursor,
         next_cursor=page.next_cursor,
         summary=summary,
-        **_choices(filters),
+        **_choices(asked.filters),
     )
 
 

@@ -1,6 +1,7 @@
-"""Which audit events an auditor asked for: the filters (from query parameters, shared by the log
-page, its exports and GET /api/audit), the events they select in a tenant's chain, and pages of
-them, newest first, with the project's keyset cursors (webapp/web/pagination.py).
+"""Which audit events an auditor asked for: the query parameters and their rules (read here once, for
+the log page, its exports and GET /api/audit, whose AuditQuery only documents them), the events they
+select in a tenant's chain, and pages of them, newest first, with the project's keyset cursors
+(webapp/web/pagination.py).
 
 Everything is scoped to one tenant, i.e. to its chain. No Flask here: the functions take a session.
 """
@@ -17,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from webapp.audit import costs
 from webapp.audit.exports import record
-from webapp.models import AuditEvent, User
+from webapp.models import MAX_ROW_ID, AuditEvent, User
 from webapp.web.errors import Refused
 from webapp.web.ids import fits
 from webapp.web.pagination import BadCursor, Page, decode_cursor, keyset_page
@@ -98,6 +99,18 @@ OUTCOMES = (
 API_BAD_CURSOR = (
     "“cursor” must be the next_cursor of an earlier answer, unchanged; leave it out to start from the newest events."
 )
+# The query parameters and how a sentence names each. A parameter sent empty is no filter.
+DAYS = {"from": "“From”", "to": "“To”"}  # a date, from EARLIEST_DAY to LATEST_DAY
+TEXTS = {  # text without NUL, of at most so many characters
+    "person": ("The person", 254),
+    "action": ("The action", 64),
+    "tool": ("The tool", 128),
+    "outcome": ("The outcome", 32),
+    "q": ("The search text", MAX_TEXT),
+}
+MAX_CONVERSATION = MAX_ROW_ID  # "conversation": a number, 0 up to this (a leading # is allowed)
+# every parameter GET /api/audit takes; the page and its exports take the same but "limit"
+PARAMETERS = (*DAYS, *TEXTS, "conversation", "cursor", "limit")
 
 
 # --- filters ------------------------------------------------------------------------------------
@@ -140,7 +153,8 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
     and a sentence for each bad value; a bad value is left out of the filters."""
     errors: list[str] = []
 
-    def text(name: str, label: str, limit: int = MAX_TEXT) -> str:
+    def text(name: str) -> str:
+        label, limit = TEXTS[name]
         value = (args.get(name) or "").strip()
         if len(value) > limit:
             errors.append(f"{label} is at most {limit} characters; yours has {len(value)}.")
@@ -150,8 +164,8 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
             return ""
         return value
 
-    def day(name: str, label: str) -> date | None:
-        value = (args.get(name) or "").strip()
+    def day(name: str) -> date | None:
+        label, value = DAYS[name], (args.get(name) or "").strip()
         if not value:
             return None
         try:
@@ -164,26 +178,26 @@ def parse_filters(args: Mapping[str, str]) -> tuple[Filters, list[str]]:
             return None
         return day
 
-    start, end = day("from", "“From”"), day("to", "“To”")
+    start, end = day("from"), day("to")
     if start and end and start > end:
         errors.append(f"“From” ({start}) is after “To” ({end}); swap them.")
         start = end = None
     conversation = None
     raw = (args.get("conversation") or "").strip().lstrip("#")
     if raw:
-        if raw.isascii() and raw.isdigit() and len(raw) <= 12 and fits(int(raw)):
+        if raw.isascii() and raw.isdigit() and len(raw) <= 12 and int(raw) <= MAX_CONVERSATION:
             conversation = int(raw)
         else:
             errors.append(f"The conversation is a number, like 42; “{raw[:40]}” is not one.")
     filters = Filters(
         start=start,
         end=end,
-        person=text("person", "The person", 254).lower(),
-        action=text("action", "The action", 64),
-        tool=text("tool", "The tool", 128),
+        person=text("person").lower(),
+        action=text("action"),
+        tool=text("tool"),
         conversation=conversation,
-        outcome=text("outcome", "The outcome", 32),
-        text=text("q", "The search text"),
+        outcome=text("outcome"),
+        text=text("q"),
     )
     return filters, errors
 
@@ -199,6 +213,36 @@ def parse_cursor(raw: str | None) -> tuple[str | None, str | None]:
     except BadCursor as exc:
         return None, str(exc)
     return raw, None
+
+
+@dataclass(frozen=True)
+class Query:
+    """What an auditor asked of the log: the filters, where the page starts (a cursor), how many events
+    it holds, and a sentence for each value that could not be read (left out of the rest)."""
+
+    filters: Filters
+    cursor: str | None
+    size: int
+    errors: list[str]
+
+
+def read_query(args: Mapping[str, str], api: bool = False) -> Query:
+    """The log's query parameters (PARAMETERS), read as the page reads them; `api`: as GET /api/audit
+    reads them, which also takes "limit" and words a bad cursor for programs."""
+    filters, errors = parse_filters(args)
+    cursor, problem = parse_cursor(args.get("cursor"))
+    if problem:
+        errors.append(API_BAD_CURSOR if api else problem)
+    size = PAGE_SIZE
+    if api:
+        size = API_LIMIT
+        if args.get("limit"):
+            raw = args["limit"].strip()
+            if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= API_MAX_LIMIT:
+                size = int(raw)
+            else:
+                errors.append(f"“limit” must be a whole number from 1 to {API_MAX_LIMIT}.")
+    return Query(filters, cursor, size, errors)
 
 
 def parse_range(args: Mapping[str, str]) -> tuple[date, date, list[str]]:
@@ -315,17 +359,8 @@ def timeline(session: Session, tenant_id: int, conversation_id: int, limit: int 
 def api_page(session: Session, user: User, args: Mapping[str, str]) -> dict:
     """GET /api/audit: the filtered events, newest first, `limit` per page from `cursor` on, with
     `next_cursor` (None on the last page). Bad filters raise Refused 422 naming each problem."""
-    filters, errors = parse_filters(args)
-    cursor, problem = parse_cursor(args.get("cursor"))
-    errors += [API_BAD_CURSOR] if problem else []
-    limit = API_LIMIT
-    if args.get("limit"):
-        raw = args["limit"].strip()
-        if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= API_MAX_LIMIT:
-            limit = int(raw)
-        else:
-            errors.append(f"“limit” must be a whole number from 1 to {API_MAX_LIMIT}.")
-    if errors:
-        raise Refused(422, "invalid_filter", " ".join(errors))
-    page = newest_first(session, select_events(user.tenant_id, filters, session), cursor, limit)
+    asked = read_query(args, api=True)
+    if asked.errors:
+        raise Refused(422, "invalid_filter", " ".join(asked.errors))
+    page = newest_first(session, select_events(user.tenant_id, asked.filters, session), asked.cursor, asked.size)
     return {"events": [record(event) for event in page.rows], "next_cursor": page.next_cursor}
