@@ -9,7 +9,7 @@ page as it was for other errors; a plain form post gets the message flashed and 
 from __future__ import annotations
 
 from flask import Response, flash, redirect, render_template
-from htmx_flask import request
+from htmx_flask import make_response, request
 
 from webapp.web.errors import Refused
 
@@ -29,7 +29,7 @@ def render(page: str, fragment: str, status: int = 200, **context) -> Response:
 def refused(exc: Refused, fragment, back_to: str) -> Response:
     """A refused change: for htmx, `fragment(status)` with the message flashed into it; else the
     message flashed and a redirect to `back_to`."""
-    flash(exc.message, "error")
+    flash(exc.page_words(), "error")
     if is_htmx():
         return fragment(exc.status)
     return redirect(back_to, code=303)
@@ -39,7 +39,5 @@ def go_to(url: str) -> Response:
     """Move on to another page after a change: htmx loads it as a whole page (HX-Redirect), so every
     panel on it is fresh; a plain form post gets a 303."""
     if is_htmx():
-        response = Response("", 200)
-        response.headers["HX-Redirect"] = url
-        return response
+        return make_response("", 200, redirect=url)
     return redirect(url, code=303)

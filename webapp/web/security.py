@@ -12,12 +12,13 @@ from datetime import timedelta
 from functools import wraps
 from urllib.parse import urlsplit
 
-from flask import Flask, abort, current_app, g, redirect, request, session, url_for
+from flask import Flask, abort, current_app, g, redirect, session, url_for
 from flask.sessions import SecureCookieSessionInterface
 from flask_limiter import Limiter
 from flask_login import LoginManager, current_user, login_user
 from flask_talisman import Talisman
 from flask_wtf.csrf import CSRFProtect
+from htmx_flask import make_response, request
 from limits import parse as parse_limit
 from sqlalchemy import select
 
@@ -100,9 +101,7 @@ class SessionCookies(SecureCookieSessionInterface):
 
 def is_background_request() -> bool:
     """A request the page made by itself (htmx's GETs, the live stream), not one the person made."""
-    return request.method == "GET" and (
-        request.headers.get("HX-Request") == "true" or "text/event-stream" in request.headers.get("Accept", "")
-    )
+    return request.method == "GET" and (bool(request.htmx) or "text/event-stream" in request.headers.get("Accept", ""))
 
 
 def init_app(app: Flask, config: Config) -> None:
@@ -232,7 +231,7 @@ def roles_required(*roles: str):
         def wrapper(*args, **kwargs):
             if not current_user.is_authenticated:
                 if is_htmx():  # htmx would swap the sign-in page into a fragment: send the page there
-                    return "", 401, {"HX-Redirect": url_for("auth.login", next=_page_of_fragment())}
+                    return make_response("", 401, redirect=url_for("auth.login", next=_page_of_fragment()))
                 return login_manager.unauthorized()
             if not any(current_user.has_role(role) for role in roles):
                 abort(403, description=f"This page is for people with the {' or '.join(roles)} role.")
@@ -270,7 +269,7 @@ def _page_of_fragment() -> str | None:
     """Where to come back to after signing in, for an htmx request that found its person signed out:
     the page it was made from (htmx's HX-Current-URL), never the fragment's own URL (a bare badge);
     None when that page is the sign-in page itself (a request racing a sign-out)."""
-    current = urlsplit(request.headers.get("HX-Current-URL", ""))
+    current = urlsplit(request.htmx.current_url or "")
     page = current.path + (f"?{current.query}" if current.query else "")
     if not current.path or current.path == url_for("auth.login"):
         return None
