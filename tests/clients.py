@@ -79,3 +79,13 @@ def second_admin_approves(app, tool_name: str, email: str = "admin2@acme.test") 
     assert found, f"no change of {tool_name} waits for a second admin"
     answer = other.post(f"/admin/policies/changes/{found.group(1)}", {"decision": "approve"})
     assert answer.status_code == 303, answer.text
+
+
+def open_call(client, call_id: int) -> str:
+    """What a reviewer's browser does with a decision page: load it (which writes nothing), then send the
+    page's own "opened" request, which holds the call and records that they saw it. The page's HTML."""
+    html = client.get(f"/approvals/{call_id}").get_data(as_text=True)
+    token = CSRF.search(html).group(1)
+    said = client.post(f"/approvals/{call_id}/opened", headers={"X-CSRFToken": token, "HX-Request": "true"})
+    assert said.status_code in (200, 204), said.get_data(as_text=True)
+    return html

@@ -1,13 +1,15 @@
 // Relative times: every <time datetime="..." data-relative> the server rendered (the exact UTC time,
 // webapp/web/rendering.py `when`) reads "3 min ago", with the exact time in the viewer's own time
-// zone as its title; a <time data-local> reads that exact local time. Refreshed every minute and
-// after every htmx swap; without JavaScript the exact UTC time stays.
+// zone as its title; a <time data-local> reads that exact local time (with seconds only when it has
+// data-seconds). Refreshed every minute and after every htmx swap; without JavaScript the exact UTC
+// time stays.
 (function () {
   "use strict";
   var exact = new Intl.DateTimeFormat(undefined, {
     year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short",
   });
-  var clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  var clock = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit" });
+  var clockSeconds = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit", second: "2-digit" });
   var day = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
   var dayOfYear = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "short", day: "numeric" });
 
@@ -39,7 +41,8 @@
       if (isNaN(moment.getTime())) continue;
       var sameDay = moment.toDateString() === now.toDateString();
       if (node.hasAttribute("data-relative")) node.textContent = relative(moment, now);
-      else node.textContent = sameDay ? clock.format(moment) : exact.format(moment);
+      else if (!sameDay) node.textContent = exact.format(moment);
+      else node.textContent = (node.hasAttribute("data-seconds") ? clockSeconds : clock).format(moment);
       node.title = exact.format(moment);
     }
   }

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 from html import unescape
 
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from tests.approvals.test_decision_page import section, words
 from tests.approvals.test_inbox import refund, waiting_calls
-from tests.clients import CSRF, session_as
-from webapp.models import ToolCall, utcnow
+from tests.clients import CSRF, open_call, session_as
+from webapp.models import AuditEvent, ToolCall, utcnow
 from webapp.runtime.extensions import db
 
 FIRST, SECOND = "reviewer@acme.test", "reviewer2@acme.test"
@@ -21,13 +21,30 @@ def page(client, url: str) -> str:
     return words(unescape(client.get(url).get_data(as_text=True)))
 
 
+def held_by(call_id: int) -> int | None:
+    db.session.remove()
+    return db.session.get(ToolCall, call_id).claimed_by_id
+
+
 def test_opening_a_call_holds_it_and_the_others_see_who_and_can_take_it_over(app, api, model):
     (call,) = waiting_calls(api, model, refund(4471, 9000))
     first, second = session_as(app, FIRST), session_as(app, SECOND)
     url = f"/approvals/{call.id}"
-    assert "Being reviewed by" not in page(first, url)  # opened first: it is theirs now
-    theirs = page(second, url)
+    before = db.session.scalar(select(func.max(AuditEvent.id))) or 0
+    assert "Being reviewed by" not in page(first, url)
+    # reading the page writes nothing: no claim, no audit event (a prefetch or a link preview holds nothing)
+    assert held_by(call.id) is None
+    assert db.session.scalar(select(func.count()).where(AuditEvent.id > before)) == 0
+    assert "Being reviewed by" not in words(unescape(open_call(first, call.id)))  # loaded: it is theirs now
+    assert held_by(call.id) is not None
+    viewed = db.session.scalars(select(AuditEvent.action).where(AuditEvent.id > before)).all()
+    assert viewed == ["approval_viewed"]
+    theirs = words(unescape(open_call(second, call.id)))
     assert "Being reviewed by Acme Corp reviewer (reviewer@acme.test) until" in theirs and "Take it over" in theirs
+    token = CSRF.search(second.get(url).get_data(as_text=True)).group(1)
+    lost = second.post(f"{url}/opened", headers={"X-CSRFToken": token, "HX-Request": "true"})
+    assert lost.status_code == 200 and lost.headers["HX-Retarget"] == "#decision-panel"  # the panel says who
+    assert "Being reviewed by Acme Corp reviewer (reviewer@acme.test)" in words(unescape(lost.get_data(as_text=True)))
     assert "Being reviewed by Acme Corp reviewer" in page(second, "/approvals")  # the inbox says so too
     assert "Being reviewed by" not in page(first, "/approvals")  # not to the holder
 
@@ -35,7 +52,7 @@ def test_opening_a_call_holds_it_and_the_others_see_who_and_can_take_it_over(app
     taken = second.post(f"{url}/claim", data={"csrf_token": CSRF.search(banner).group(1)})
     assert taken.status_code in (302, 303)
     assert "You are reviewing this call now" in page(second, url)
-    assert "Being reviewed by Acme Corp reviewer2 (reviewer2@acme.test)" in page(first, url)
+    assert "Being reviewed by Acme Corp reviewer2 (reviewer2@acme.test)" in words(unescape(open_call(first, call.id)))
 
     decided = api.as_(SECOND).post(f"/api/approvals/{call.id}", json={"decision": "reject", "reason": "duplicate"})
     assert decided.status_code == 200 and decided.json["claimed_by"] is None  # a decision ends the claim

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, insert, select
 
 from demo.billing.models import Refund
-from tests.clients import second_admin_approves, session_as
+from tests.clients import open_call, second_admin_approves, session_as
 from tests.conftest import wait_until
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
@@ -72,7 +72,7 @@ def test_inbox_filters_narrow_the_list_and_bad_values_say_so(app, api, model):
 def test_the_decision_page_shows_the_arguments_the_rule_and_the_conversation(app, api, model):
     (call,) = waiting_calls(api, model, refund(4471, 9000), message="refund the late one")
     viewed_before = db.session.scalar(select(func.count(AuditEvent.id)).where(AuditEvent.action == "approval_viewed"))
-    html = unescape(session_as(app, "reviewer@acme.test").get(f"/approvals/{call.id}").get_data(as_text=True))
+    html = unescape(open_call(session_as(app, "reviewer@acme.test"), call.id))
     assert '"amount_cents": 9000' in html
     assert "Flagged by policy v0: issue_refund calls above $50.00 need one approval" in html
     assert "refund the late one" in html  # what the support agent asked

@@ -21,7 +21,9 @@ def open_first_waiting_call(reviewer) -> None:
     # The page refreshes its panel once its live stream opens; the tests type only after that refresh,
     # since a swap landing inside Playwright's fill (focus, select, then insert, as separate steps)
     # can take the field from under it (seen once in CI, under load: the amount kept its old value).
-    with reviewer.expect_response(re.compile(r"/panel$")):
+    # The page's own "opened" request holds the call; the refresh its claim causes brings the same
+    # panel, which edits.js leaves alone.
+    with reviewer.expect_response(re.compile(r"/panel$")), reviewer.expect_response(re.compile(r"/opened$")):
         reviewer.goto(address)
     expect(reviewer.locator("#approve-button")).to_be_visible()
     reviewer.wait_for_load_state("load")  # the shortcuts' script has run
@@ -143,3 +145,45 @@ def test_a_live_refresh_while_a_decision_is_in_flight_does_not_cost_the_move(pag
     reviewer.get_by_role("button", name="Approve", exact=True).click()
     expect(reviewer).to_have_url(re.compile(r"/approvals$"))
     expect(reviewer.locator(".flash").first).to_contain_text("You approved Email a customer")
+
+
+CLOCK = r"\d{1,2}:\d\d\s[AP]M"  # en-US, the viewer's own time: "7:49 PM" (ICU puts a narrow space before PM)
+CLOCK_SECONDS = r"\d{1,2}:\d\d:\d\d\s[AP]M"
+
+
+def test_every_time_on_the_panel_reads_in_the_viewers_own_clock_a_refused_decision_included(page_for, workers):
+    workers()
+    agent = page_for("agent@acme.test")
+    ask(agent, 'Email customer 4471 saying "Your refund is on its way"')  # no money: one click approves
+    first = page_for("reviewer@acme.test")
+    open_first_waiting_call(first)  # opened first: first holds it
+    first.evaluate("document.getElementById('decision-panel').dataset.marked = 'yes'")
+    with first.expect_response(re.compile(r"/panel$")):  # a live refresh that brings the same panel
+        first.evaluate(REFRESH_PANEL.split(";", 1)[1])  # as htmx makes it: edits.js compares it with the last
+    first.wait_for_timeout(300)  # it would have been swapped by now
+    expect(first.locator("#decision-panel[data-marked=yes]")).to_have_count(1)  # left alone
+
+    # a tab whose live stream is cut: it hears of nothing, as a tab does that missed a refresh
+    stale = page_for("reviewer2@acme.test", timezone_id="Asia/Kolkata", locale="en-US")
+    stale.route(re.compile(r"/live/"), lambda route: route.abort())
+    stale.goto(first.url)
+    expect(stale.locator("#call-claimed")).to_contain_text(re.compile(rf"Being reviewed by .* until {CLOCK}\."))
+    stale.get_by_role("button", name="Take it over").click()
+    expect(stale.locator(".flash-info")).to_have_text(  # once: in the panel, not on the page as well
+        re.compile(rf"^You are reviewing this call now, until {CLOCK}\.$")
+    )
+    expect(stale.locator("#call-claimed")).to_have_count(0)
+
+    with first.expect_response(re.compile(r"/decide$")):
+        first.locator("#approve-button").click()  # claims guide, they do not lock: first may still decide
+    expect(first).to_have_url(re.compile(r"/approvals$"))
+    stale.locator("#approve-button").click()
+    refused = stale.locator("#decision-panel .flash-error")
+    expect(refused).to_have_text(
+        re.compile(rf"^Already decided by Acme Corp reviewer \(reviewer@acme.test\) at {CLOCK_SECONDS} \(\w+\)\.$")
+    )
+    settled = stale.locator("#decision-panel .settled")
+    expect(settled).to_contain_text(re.compile(rf"Decided by Acme Corp reviewer .*at {CLOCK_SECONDS}"))
+    said, shown = (re.search(CLOCK_SECONDS, text).group(0) for text in (refused.inner_text(), settled.inner_text()))
+    assert said == shown  # the same moment in the same words
+    assert "UTC" not in stale.locator("#decision-panel").inner_text()

@@ -184,3 +184,40 @@ def test_the_policies_page_keeps_tool_names_and_words_whole_on_a_laptop(page_for
     expect(page.locator("#policy-lookup_customer")).to_be_visible()
     broken = page.locator('tr[id^="policy-"] > td:first-child').evaluate_all(WORDS_BROKEN)
     assert broken == [], f"words broken across lines in the tool column: {broken}"
+
+
+def test_the_dashboard_shows_every_column_of_its_tables_on_a_laptop(page_for, app):
+    """The per-day table sat beside its charts in half the page and lost its last columns at 1400 px."""
+    from sqlalchemy import select
+
+    from webapp import audit_chain
+    from webapp.models import Tenant
+    from webapp.runtime.extensions import db
+
+    usage = {
+        "model": "claude-sonnet-5",
+        "input_tokens": 123_456_789,
+        "output_tokens": 12_345_678,
+        "cache_creation_input_tokens": 23_456_789,
+        "cache_read_input_tokens": 345_678_901,
+        "latency_ms": 10.0,
+        "request_id": "req_wide",
+    }
+    with app.app_context():
+        acme = db.session.scalar(select(Tenant.id).where(Tenant.slug == "acme"))
+        audit_chain.record(db.session, "model_call", tenant_id=acme, outcome="end_turn", data=usage)
+        db.session.commit()
+        db.session.remove()
+    auditor = page_for("auditor@acme.test", viewport=LAPTOP)
+    auditor.goto("/audit/dashboard")
+    expect(auditor.locator("#usage-days tbody tr")).to_have_count(1)
+    expect(auditor.locator("#usage-days tfoot")).to_contain_text("123,456,789")
+    cut = auditor.locator("table.audit-numbers").evaluate_all(
+        """tables => tables.filter(table => {
+             const box = table.parentElement.getBoundingClientRect();
+             return table.getBoundingClientRect().right > box.right + 1
+               || table.parentElement.scrollWidth > table.parentElement.clientWidth + 1;
+           }).map(table => table.id || table.querySelector('th').textContent)"""
+    )
+    assert cut == [], f"tables cut at the right on a {LAPTOP['width']} px screen: {cut}"
+    assert auditor.evaluate("document.documentElement.scrollWidth") <= LAPTOP["width"]

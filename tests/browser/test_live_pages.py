@@ -14,7 +14,12 @@ from tests.model_server import Reply
 pytestmark = pytest.mark.slow
 
 REFUND_REQUEST = "Please refund $60 on invoice 4471, the delivery was late"
-REFRESH_PANEL = "htmx.ajax('GET', location.pathname + '/panel', {target: '#decision-panel', swap: 'outerHTML'})"
+# A live refresh of the decision panel, swapped in even when it brings the markup the last one brought
+# (edits.js leaves the panel alone then: these tests are about what a swap keeps).
+REFRESH_PANEL = (
+    "document.getElementById('decision-panel').lastRefresh = null;"
+    " htmx.ajax('GET', location.pathname + '/panel', {target: '#decision-panel', swap: 'outerHTML'})"
+)
 
 
 @pytest.fixture

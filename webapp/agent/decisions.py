@@ -22,16 +22,18 @@ from webapp.agent import wording
 from webapp.agent.moves import lock_conversation, wake
 from webapp.agent.states import CallStatus
 from webapp.models import Conversation, Decision, ToolCall, User, utcnow
+from webapp.tools.presenting import at_moment
 from webapp.tools.registry import ToolRegistry
 
 
 class DecisionError(Exception):
-    """A decision that cannot be taken; `code` is stable for the API, `message` is for people."""
+    """A decision that cannot be taken; `code` is stable for the API, `message` is for people. A
+    `words` with "{at}" names the moment `at` (shown in the viewer's own time on pages)."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    def __init__(self, code: str, words: str, at: datetime | None = None) -> None:
+        self.code, self.words, self.at = code, words, at
+        self.message = at_moment(words, at)
+        super().__init__(self.message)
 
 
 def arguments_hash(arguments: dict) -> str:
@@ -106,8 +108,9 @@ def decide(
     if call.expires_at is not None and call.expires_at <= utcnow():  # the sweeper has not come by yet
         raise DecisionError(
             "expired",
-            f"The time to decide this call ran out at {_when(call.expires_at)}; it has expired, nothing was done, "
+            "The time to decide this call ran out at {at}; it has expired, nothing was done, "
             "and the assistant is told so.",
+            at=call.expires_at,
         )
     if arguments_seen != arguments_hash(call.input):
         raise DecisionError("arguments_changed", "The call's arguments changed since you looked; reload it.")
@@ -125,7 +128,8 @@ def decide(
     if mine is not None:
         raise DecisionError(
             "already_decided",
-            f"You already {mine.decision}d this call at {_when(mine.created_at)}; it needs another reviewer.",
+            f"You already {mine.decision}d this call at {{at}}; it needs another reviewer.",
+            at=mine.created_at,
         )
     now = utcnow()
     try:
@@ -200,7 +204,7 @@ def _compare_and_set(session: Session, call: ToolCall, status: str, **values) ->
 def already_decided(session: Session, call: ToolCall) -> DecisionError:
     if call.decided_by is not None:
         return DecisionError(
-            "already_decided", f"Already decided by {who(call.decided_by)} at {_when(call.decided_at)} ({call.status})."
+            "already_decided", f"Already decided by {who(call.decided_by)} at {{at}} ({call.status}).", at=call.decided_at
         )
     return DecisionError("already_decided", f"This call no longer waits for a decision (it is {call.status}).")
 
@@ -257,6 +261,3 @@ def source_of(call: ToolCall) -> dict:
     desk's own assistant's calls)."""
     return {"source": call.source} if call.source is not None else {}
 
-
-def _when(moment) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -183,8 +183,8 @@ def _held_by_another(call: ToolCall) -> Refused:
     return Refused(
         409,
         "claimed",
-        f"Being reviewed by {decisions.who(call.claimed_by)} until {call.claimed_until:%H:%M} UTC; "
-        "take it over to review it yourself.",
+        f"Being reviewed by {decisions.who(call.claimed_by)} until {{at}}; take it over to review it yourself.",
+        at=call.claimed_until,
     )
 
 
@@ -241,7 +241,7 @@ def decide(
         session.rollback()
         if exc.code == "expired":  # settle it now rather than leave it to the sweeper
             _expire(session, call)
-        raise Refused(DECISION_STATUS.get(exc.code, 409), exc.code, exc.message) from None
+        raise Refused(DECISION_STATUS.get(exc.code, 409), exc.code, exc.words, at=exc.at) from None
     if call.claimed_by_id == reviewer.id:  # decided: the claim has done its work
         call.claimed_by_id = call.claimed_until = None
     conversations.commit_change(

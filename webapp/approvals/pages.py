@@ -14,6 +14,8 @@ from datetime import timedelta
 
 from flask import Blueprint, abort, flash, g, render_template, request, url_for
 from flask_login import current_user
+from htmx_flask import make_response
+from markupsafe import Markup
 from sqlalchemy import select
 
 from webapp import audit_chain
@@ -32,6 +34,7 @@ from webapp.tools.registry import Review
 from webapp.web import htmx
 from webapp.web.errors import Refused
 from webapp.web.pagination import BadCursor, Page
+from webapp.web.rendering import when
 from webapp.web.security import roles_required
 
 bp = Blueprint("approvals", __name__, url_prefix="/approvals")
@@ -194,29 +197,39 @@ def _neighbours(call: ToolCall) -> dict:
 @bp.get("/<int:tool_call_id>")
 @roles_required("reviewer")
 def show(tool_call_id: int):
+    """The decision page. Reading it writes nothing: the page, once loaded, says it was opened (below)."""
+    return _show(_call(tool_call_id), opening=True)
+
+
+@bp.post("/<int:tool_call_id>/opened")
+@roles_required("reviewer")
+def opened(tool_call_id: int):
+    """The decision page's own request once it has loaded in a browser: a waiting call is held for this
+    reviewer unless someone else is on it or it is theirs to watch, not decide (their own conversation),
+    and the audit log records that they saw it. 204; when someone else is on it, the panel that says who."""
     call = _call(tool_call_id)
-    if call.status == CallStatus.AWAITING_APPROVAL:
-        _claim_if_free(call)
-        audit_chain.record(
-            db.session,
-            "approval_viewed",
-            tenant_id=call.tenant_id,
-            actor=current_user._get_current_object(),
-            conversation_id=call.conversation_id,
-            tool_call_id=call.id,
-            tool_name=call.name,
-        )
-        db.session.commit()
-    return _show(call)
-
-
-def _claim_if_free(call: ToolCall) -> None:
-    """Opening a waiting call holds it for this reviewer, unless someone else is on it (the page then
-    says who) or it is theirs to watch, not decide (their own conversation)."""
+    if call.status != CallStatus.AWAITING_APPROVAL:
+        return "", 204
     try:
         approvals.claim(db.session, current_user, call.id)
-    except Refused:
+        held_by_another = False
+    except Refused as exc:
         db.session.rollback()
+        held_by_another = exc.code == "claimed"
+    audit_chain.record(
+        db.session,
+        "approval_viewed",
+        tenant_id=call.tenant_id,
+        actor=current_user._get_current_object(),
+        conversation_id=call.conversation_id,
+        tool_call_id=call.id,
+        tool_name=call.name,
+    )
+    db.session.commit()
+    if not held_by_another:
+        return "", 204
+    panel = render_template("approvals/_decision.html", live_refresh=True, **_panel_context(_call(tool_call_id)))
+    return make_response(panel, 200, retarget="#decision-panel", reswap="outerHTML")
 
 
 @bp.post("/<int:tool_call_id>/claim")
@@ -227,11 +240,11 @@ def take_over(tool_call_id: int):
         call = approvals.claim(db.session, current_user, tool_call_id, take_over=True)
     except Refused as exc:
         return _refused(tool_call_id, exc)
-    flash(f"You are reviewing this call now, until {call.claimed_until:%H:%M} UTC.", "info")
+    flash(Markup("You are reviewing this call now, until {}.").format(when(call.claimed_until, relative=False)), "info")
     return htmx.go_to(url_for("approvals.show", tool_call_id=tool_call_id))
 
 
-def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None) -> str:
+def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None, opening: bool = False) -> str:
     conversation = db.session.get(Conversation, call.conversation_id)
     asked = outside.details(db.session, call)  # an outside agent's call: its words instead of a transcript
     return render_template(
@@ -241,6 +254,7 @@ def _show(call: ToolCall, typed: dict | None = None, errors: dict | None = None)
         asked=asked,
         entries=transcript(conversation) if asked is None else [],
         tools=services().tools_for(db.session, call.tenant_id),
+        opening=opening and call.status == CallStatus.AWAITING_APPROVAL,
         **_panel_context(call, typed, errors),
     )
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 import redis
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user
+from markupsafe import Markup
 from rq import Worker
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
@@ -35,6 +36,7 @@ from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
 from webapp.web.errors import Refused
+from webapp.web.rendering import when
 from webapp.web.security import roles_required
 
 bp = Blueprint("ops", __name__, url_prefix="/ops")
@@ -300,7 +302,8 @@ def _stuck_reason(conversation: Conversation, now: datetime, view: RedisView) ->
     """Why this queued or running conversation is not moving, or None if a live job will move it."""
     if conversation.lease_expires_at is not None and conversation.lease_expires_at < now:
         owner = conversation.lease_owner or "a worker"
-        return conversation, f"the lease of {owner} expired at {conversation.lease_expires_at:%H:%M:%S} UTC"
+        expired = when(conversation.lease_expires_at, seconds=True, relative=False)
+        return conversation, Markup("the lease of {} expired at {}").format(owner, expired)
     if view.error:
         return conversation, "queued with no lease; whether a job waits for it is unknown while Redis is away"
     dispatcher = services().dispatcher

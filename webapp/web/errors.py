@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from flask import jsonify, render_template, request
+from markupsafe import Markup, escape
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
 from webapp.runtime.extensions import db
+from webapp.tools.presenting import at_moment
+from webapp.web.rendering import when
 
 
 class Refused(Exception):
     """A request that cannot be honoured: an HTTP status, a stable `code` for the API, and a
-    `message` that tells a person what happened and what to do."""
+    `message` that tells a person what happened and what to do. A `words` with "{at}" names the
+    moment `at`: the exact UTC time in `message` (the API's), the viewer's own time in `page_words`."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+    def __init__(self, status: int, code: str, words: str, at: datetime | None = None) -> None:
+        self.status, self.code, self.words, self.at = status, code, words, at
+        self.message = at_moment(words, at)
+        super().__init__(self.message)
+
+    def page_words(self) -> str | Markup:
+        """The message for a page, its moment shown like every other time on the page."""
+        if self.at is None:
+            return self.message
+        before, _, after = self.words.partition("{at}")
+        return escape(before) + when(self.at, seconds=True, relative=False) + escape(after)
 
 
 def json_error(status: int, code: str, message: str):

@@ -44,13 +44,15 @@ def pretty_json(value: object) -> str:
 def when(moment: datetime | None, seconds: bool = False, relative: bool = True) -> Markup:
     """A moment for people: the exact UTC time in a <time> element, which static/js/times.js turns
     into "3 min ago" with the exact time in the viewer's time zone on hover (relative=False: into the
-    exact time in the viewer's time zone, for sentences like "decided at ..."). Naive values are UTC."""
+    exact time in the viewer's time zone, for sentences like "decided at ...", with seconds only when
+    `seconds`). Every time a page shows goes through here, so one card never mixes "2:19 PM" with
+    "14:19 UTC". Naive values are UTC."""
     if moment is None:
         return Markup('<span class="muted">never</span>')
     moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     exact = moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
     iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
-    kind = Markup("data-relative" if relative else "data-local")
+    kind = Markup("data-relative" if relative else "data-local" + (" data-seconds" if seconds else ""))
     return Markup('<time datetime="{}" {} title="{} UTC">{} UTC</time>').format(escape(iso), kind, exact, exact)
 
 
