@@ -20,7 +20,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from aiosmtpd.controller import Controller
-from rq import SimpleWorker
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook, WebhookVerificationError
@@ -36,6 +35,7 @@ from webapp.models import Conversation, NotificationChannel, NotificationDeliver
 from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.runtime.worker import PromptWorker
 
 PUBLIC_URL = "https://desk.example.test"
 ANSWERED_503 = "The webhook answered HTTP 503 (its receiver's own log says why)."
@@ -197,7 +197,7 @@ def make_due(calls, kind: str) -> None:
 def deliver_queued() -> None:
     """Run the queued jobs (the sweep's deliveries) with a real RQ worker, in this process."""
     dispatcher = services().dispatcher
-    SimpleWorker([dispatcher.queue], connection=dispatcher.redis).work(burst=True)
+    PromptWorker([dispatcher.queue], connection=dispatcher.redis).work(burst=True)
     db.session.remove()
 
 

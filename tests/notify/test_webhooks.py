@@ -13,7 +13,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from pydantic import ValidationError
-from rq import SimpleWorker
 from sqlalchemy import func, select
 from standardwebhooks import Webhook, WebhookVerificationError
 
@@ -28,6 +27,7 @@ from webapp.models import AuditEvent, Conversation
 from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.runtime.worker import PromptWorker
 from webapp.webhooks import EVENT_TYPES
 
 ADMIN, REVIEWER, AGENT = "admin@acme.test", "reviewer@acme.test", "agent@acme.test"
@@ -99,7 +99,7 @@ def subscribe(api, receiver: Receiver, events=tuple(EVENT_TYPES)) -> dict:
 def run_jobs() -> None:
     """The queued jobs, in a real RQ worker in this process."""
     dispatcher = services().dispatcher
-    SimpleWorker(dispatcher.move_queues, connection=dispatcher.redis).work(burst=True)
+    PromptWorker(dispatcher.move_queues, connection=dispatcher.redis).work(burst=True)
     db.session.remove()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import redis as redis_lib
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.registry import FailedJobRegistry
 from sqlalchemy import func, select
 
@@ -17,6 +17,7 @@ from tests.ops.test_ops import bare_conversation, cell
 from webapp import audit_chain
 from webapp.models import AuditEvent, Conversation, ModelCall, Tenant, ToolCall, User
 from webapp.runtime.extensions import db
+from webapp.runtime.worker import PromptWorker
 
 OPERATOR = "operator@desk.test"
 # Families of the fleet itself: the queue, its workers, their slots. No tenant admin reads them.
@@ -116,7 +117,7 @@ def test_an_admin_of_acme_reads_only_acmes_figures_on_metrics_and_no_fleet_famil
 def registered_worker(app):
     """A worker registered in Redis as a real one is (its name, host and pid), running nothing."""
     queue = queue_of(app)
-    worker = SimpleWorker([queue], connection=queue.connection, name="globex-box-7")
+    worker = PromptWorker([queue], connection=queue.connection, name="globex-box-7")
     worker.register_birth()
     yield worker
     worker.register_death()
@@ -142,7 +143,7 @@ def test_failed_jobs_an_admin_sees_only_their_tenants_and_an_operator_every_one(
     queue = queue_of(app)
     for job_id in (f"move-{ours}-v7", f"move-{theirs}-v3", "sweep-1"):
         queue.enqueue("builtins.int", "not a number", job_id=job_id)
-    SimpleWorker([queue], connection=queue.connection).work(burst=True)  # a real worker: each job raises
+    PromptWorker([queue], connection=queue.connection).work(burst=True)  # a real worker: each job raises
     failed = FailedJobRegistry(queue=queue)
     assert failed.get_job_count() == 3
 

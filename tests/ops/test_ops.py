@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 import redis as redis_lib
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.registry import FailedJobRegistry
 from sqlalchemy import select
 
@@ -19,6 +19,7 @@ from tests.model_server import Fault
 from webapp.models import Conversation, Message, Tenant, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.runtime.worker import PromptWorker
 
 
 def closed_port() -> int:
@@ -133,7 +134,7 @@ def test_failed_jobs_are_listed_with_their_exception_and_can_be_requeued_or_dele
     others = (f"move-{theirs}-v3", f"wake-{theirs}-1700000000", f"export-{their_call}", "sweep-1")
     for job_id in (f"move-{ours}-v7", f"move-{ours}-v8", *others):
         queue.enqueue("builtins.int", "not a number", job_id=job_id)
-    SimpleWorker([queue], connection=queue.connection).work(burst=True)  # a real worker: each job raises
+    PromptWorker([queue], connection=queue.connection).work(burst=True)  # a real worker: each job raises
     failed = FailedJobRegistry(queue=queue)
     assert failed.get_job_count() == 6
 

@@ -4,7 +4,6 @@ to the queue after its bound; the moves that follow a person's act wait on a que
 from __future__ import annotations
 
 import pytest
-from rq import SimpleWorker
 from sqlalchemy import func, select
 
 from tests.conftest import desk_app, pushed
@@ -15,6 +14,7 @@ from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
+from webapp.runtime.worker import PromptWorker
 
 QUESTION = "Show invoices for customer 4471"  # the demo model: lookup_invoices, then an answer: three moves
 
@@ -26,7 +26,7 @@ def app(env, clean, request):
         yield app
 
 
-class CountingWorker(SimpleWorker):
+class CountingWorker(PromptWorker):
     ran = 0
 
     def execute_job(self, job, queue):

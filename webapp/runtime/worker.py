@@ -44,7 +44,28 @@ KEPT_SLOT_LOOK_SECONDS = 0.25  # with only people's slots free, how often the ot
 SUSPENSION_LOOK_SECONDS = 1.0  # how often the worker looks whether `rq suspend` holds the workers
 
 
-class PoolWorker(SimpleWorker):
+class PromptWorker(SimpleWorker):
+    """RQ's SimpleWorker whose stop cannot hang on its command channel (the tests' in-process workers
+    are these; PoolWorker is one)."""
+
+    def unsubscribe(self) -> None:
+        """RQ's, in an order that cannot hang. RQ sends UNSUBSCRIBE, then stops the thread that reads
+        its command channel; from redis-py 8.2 that stop waits for the thread, which, had it read the
+        reply before it was told to stop, sleeps in a read of 60 s (a stopping worker outlived its
+        grace by that much). Told first, the thread ends at the reply."""
+        thread = self.pubsub_thread
+        if not thread:
+            return
+        try:
+            thread.stop(timeout=0)  # only clears its flag (redis-py 8.2 joins for up to `timeout`)
+        except TypeError:  # an older redis-py: stop() takes no timeout, and never waited
+            thread.stop()
+        self.pubsub.unsubscribe()
+        thread.join(timeout=1)
+        self.pubsub.close()
+
+
+class PoolWorker(PromptWorker):
     """An RQ worker running up to `concurrency` jobs at once, each in a thread of a pool with its
     own app context. RQ 3 tracks a worker's executions one by one (worker.executions), so its
     registries, heartbeats and results stay right with several at a time. The people queue comes
@@ -198,22 +219,6 @@ class PoolWorker(SimpleWorker):
         self.set_shutdown_requested_date()
         if self._listening:
             raise StopRequested()
-
-    def unsubscribe(self) -> None:
-        """RQ's, in an order that cannot hang. RQ sends UNSUBSCRIBE, then stops the thread that reads
-        its command channel; from redis-py 8.2 that stop waits for the thread, which, had it read the
-        reply before it was told to stop, sleeps in a read of 60 s (a stopping worker outlived its
-        grace by that much). Told first, the thread ends at the reply."""
-        thread = self.pubsub_thread
-        if not thread:
-            return
-        try:
-            thread.stop(timeout=0)  # only clears its flag (redis-py 8.2 joins for up to `timeout`)
-        except TypeError:  # an older redis-py: stop() takes no timeout, and never waited
-            thread.stop()
-        self.pubsub.unsubscribe()
-        thread.join(timeout=1)
-        self.pubsub.close()
 
     def teardown(self) -> None:
         """Let the moves in flight finish (up to the stop grace), release the leases of those that
