@@ -14,7 +14,8 @@ benchmark can compare them.
           import the app and build it before the move can run.
 
 The others run like the app's worker did before the pool: inside the app context, with RQ's scheduler
-and the sweep ticker, on the moves queue only.
+and the sweep ticker, on the moves queue only. All of them stop as the app's worker does (PromptWorker's
+unsubscribe): with redis-py 8.2, RQ's own stop can wait a minute on its command channel.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ from __future__ import annotations
 import argparse
 import threading
 
-from rq import SimpleWorker, SpawnWorker, Worker
+from rq import SpawnWorker, Worker
+
+from webapp.runtime.worker import PromptWorker
 
 _spawned_app = None
 
 
 class ForkWorker(Worker):
     """rq.Worker, with the inherited SQLAlchemy pool dropped in each forked child."""
+
+    unsubscribe = PromptWorker.unsubscribe
 
     def main_work_horse(self, job, queue):
         from webapp.runtime.extensions import db
@@ -40,6 +45,8 @@ class ForkWorker(Worker):
 class AppSpawnWorker(SpawnWorker):
     """rq.SpawnWorker whose horse (a fresh interpreter) builds the app and enters its context."""
 
+    unsubscribe = PromptWorker.unsubscribe
+
     def main_work_horse(self, job, queue):
         global _spawned_app
         if _spawned_app is None:
@@ -50,7 +57,7 @@ class AppSpawnWorker(SpawnWorker):
         return super().main_work_horse(job, queue)
 
 
-CLASSES = {"simple": SimpleWorker, "fork": ForkWorker, "spawn": AppSpawnWorker}
+CLASSES = {"simple": PromptWorker, "fork": ForkWorker, "spawn": AppSpawnWorker}
 KINDS = ("pool", "people", *CLASSES)  # people: a PoolWorker of the people queue alone (worker --people-only)
 LABELS = {
     "pool": "PoolWorker",
