@@ -4,12 +4,15 @@ the whole fleet there and nothing of any tenant."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import redis as redis_lib
 from rq import Queue
 from rq.registry import FailedJobRegistry
 from sqlalchemy import func, select
 
+from tests.approvals.test_decision_page import words
 from tests.clients import session_as, sign_in, try_sign_in
 from tests.conftest import desk_app, pushed
 from tests.ops.test_metrics import TOKEN, samples, waiting_conversation
@@ -273,3 +276,36 @@ def test_an_operator_is_told_in_words_when_redis_is_unreachable(env, clean):
         page = sign_in(app, OPERATOR).get("/ops")
         assert page.status_code == 200
         assert "Redis is unreachable (ConnectionError)" in page.text and "Conversations below" not in page.text
+
+
+def test_an_operator_sees_what_each_worker_is_working_on_and_has_done(app, api, workers, registered_worker):
+    from rq.job import Job
+
+    from tests.conftest import wait_until
+    from tests.integration.test_workers import start, wait_status
+
+    # a registered worker in the middle of a move of conversation 41 and a job of the desk's own
+    queue = queue_of(app)
+    for job_id in ("move-41-v3", "sweep-7"):
+        registered_worker.prepare_execution(Job.create("builtins.int", id=job_id, connection=queue.connection))
+    # and a real pool worker that has answered a question (three moves: model, tool, model)
+    workers()
+    wait_status(api, start(api, "Show invoices for customer 4471"), "completed")
+    operator = sign_in(app, OPERATOR)
+
+    def rows() -> dict[str, str]:
+        page = operator.get("/ops").text
+        table = page[page.index('id="workers"') : page.index("</table>", page.index('id="workers"'))]
+        said = [words("<tr" + row) for row in table.split("<tr")[2:]]  # the rows after the heading's
+        return {row.split()[0]: row for row in said}
+
+    busy = rows()["globex-box-7"]
+    assert "conversation 41 and 1 other job" in busy and "0 jobs" in busy
+    # the pool worker's moves reach its record with its next heartbeat (every few seconds)
+    pool = wait_until(
+        lambda: next((row for name, row in rows().items() if name != "globex-box-7" and "3 moves" in row), None),
+        timeout=30,
+        message="the pool worker's row says 3 moves",
+    )
+    assert re.search(r"3 moves in \d+ jobs?; busy \d+% of its slots' time", pool) and "failed" not in pool
+    assert "nothing" in pool  # working on nothing now

@@ -204,7 +204,9 @@ def _compare_and_set(session: Session, call: ToolCall, status: str, **values) ->
 def already_decided(session: Session, call: ToolCall) -> DecisionError:
     if call.decided_by is not None:
         return DecisionError(
-            "already_decided", f"Already decided by {who(call.decided_by)} at {{at}} ({call.status}).", at=call.decided_at
+            "already_decided",
+            f"Already decided by {who(call.decided_by)} at {{at}} ({call.status}).",
+            at=call.decided_at,
         )
     return DecisionError("already_decided", f"This call no longer waits for a decision (it is {call.status}).")
 
@@ -260,4 +262,3 @@ def source_of(call: ToolCall) -> dict:
     """What an audit event of the call says of the outside agent that asked for it (nothing for the
     desk's own assistant's calls)."""
     return {"source": call.source} if call.source is not None else {}
-

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import redis
 from flask import Blueprint, flash, redirect, render_template, request, url_for
@@ -84,6 +84,7 @@ def index():
             stuck=[],
             config=config,
             queue_name=config.queue_name,
+            chain_moves=config.move_chain_moves,
         )
     now = utcnow()
     tenant = Conversation.tenant_id == current_user.tenant_id
@@ -219,6 +220,31 @@ def _owners(job_ids: list[str]) -> dict[str, tuple[int, int]]:
     return owners
 
 
+def _worker_row(worker: Worker, busy: int, slots: int) -> dict:
+    """One worker for an operator: what it is doing now and what it has done since it started."""
+    jobs = [execution.job_id for execution in worker.get_current_executions()]
+    now_on = sorted({int(m.group(1) or m.group(2)) for job in jobs if (m := CONVERSATION_JOB_RE.match(job))})
+    moves = worker.connection.hget(worker.key, "moves")
+    born = worker.birth_date
+    alive = (utcnow() - (born if born.tzinfo else born.replace(tzinfo=UTC))).total_seconds() if born else 0
+    return {
+        "name": worker.name,
+        "state": str(worker.get_state()),
+        "busy": busy,
+        "slots": slots,
+        "now_on": now_on,
+        "other_jobs": len(jobs) - len([job for job in jobs if CONVERSATION_JOB_RE.match(job)]),
+        "moves": int(moves) if moves is not None else None,  # a PoolWorker says; RQ's own workers do not
+        "jobs_done": worker.successful_job_count,
+        "jobs_failed": worker.failed_job_count,
+        "working": worker.total_working_time,
+        "busy_share": worker.total_working_time / (slots * alive) if alive > 0 else None,
+        "heartbeat": worker.last_heartbeat,
+        "host": f"{worker.hostname}:{worker.pid}",
+        "birth": worker.birth_date,
+    }
+
+
 def _redis_view(tenant_id: int | None) -> RedisView:
     """The queue as an operator sees it (tenant_id None: everything) or as a tenant's admin does (the
     fleet's capacity in totals, and the failed jobs that worked for their tenant)."""
@@ -233,18 +259,7 @@ def _redis_view(tenant_id: int | None) -> RedisView:
             view.capacity["slots"] += slots
             view.capacity["busy"] += min(busy, slots)
             if tenant_id is None:
-                view.workers.append(
-                    {
-                        "name": worker.name,
-                        "state": str(worker.get_state()),
-                        "busy": busy,
-                        "slots": slots,
-                        "job": worker.get_current_job_id(),
-                        "heartbeat": worker.last_heartbeat,
-                        "host": f"{worker.hostname}:{worker.pid}",
-                        "birth": worker.birth_date,
-                    }
-                )
+                view.workers.append(_worker_row(worker, busy, slots))
         if tenant_id is None:
             view.counts = move_queue_counts(dispatcher)
         ids = [

@@ -38,6 +38,20 @@ def process_owner() -> str:
 # making and hands the rest back to the queue (another worker takes it), instead of working on.
 stopping = threading.Event()
 
+_moves_made = 0
+_moves_lock = threading.Lock()
+
+
+def moves_made() -> int:
+    """How many moves this process has made (its worker's record in Redis carries it, for /ops)."""
+    return _moves_made
+
+
+def _count_moves(count: int) -> None:
+    global _moves_made
+    with _moves_lock:
+        _moves_made += count
+
 
 def move(conversation_id: int, version: int, job=None) -> str:
     """Make the conversation's moves from this version on, back to back while the next one is ready:
@@ -55,6 +69,7 @@ def move(conversation_id: int, version: int, job=None) -> str:
         first = not outcomes
         try:
             result = _one_move(desk, conversation_id, version, owner, final_attempt=_final(job, config, first))
+            _count_moves(1)
         except Exception as error:
             if first:
                 raise  # the job's own retries (RQ), as for any job

@@ -102,8 +102,9 @@ class PoolWorker(PromptWorker):
         self._suspension_looked = -SUSPENSION_LOOK_SECONDS  # when it last looked for `rq suspend`
 
     def serialize(self) -> dict:
-        """RQ's worker record in Redis, with the number of slots (the ops page and /metrics read it)."""
-        return {**super().serialize(), "slots": self.concurrency}
+        """RQ's worker record in Redis, with the number of slots (the ops page and /metrics read it) and
+        the moves made so far (the ops page; a heartbeat brings it up to date)."""
+        return {**super().serialize(), "slots": self.concurrency, "moves": work.moves_made()}
 
     def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
         """Take a job only once a slot is free (heartbeating meanwhile), so a job taken is a job
@@ -192,6 +193,7 @@ class PoolWorker(PromptWorker):
             return
         beat = self.connection.pipeline(transaction=False)
         super().heartbeat(pipeline=beat)
+        beat.hset(self.key, "moves", work.moves_made())
         beat.execute()
         self._beat = time.monotonic()
 

@@ -132,7 +132,7 @@ def more_approvals(count: int) -> str:
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """1 approval, 2 approvals."""
-    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+    return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"
 
 
 def at_moment(words: str, at: datetime | None) -> str:

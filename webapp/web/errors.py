@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from flask import jsonify, render_template, request
-from markupsafe import Markup, escape
 from flask_wtf.csrf import CSRFError
+from markupsafe import Markup, escape
 from werkzeug.exceptions import HTTPException
 
 from webapp.runtime.extensions import db

@@ -11,7 +11,7 @@ import nh3
 from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
-from webapp.tools.presenting import shorten
+from webapp.tools.presenting import plural, shorten
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
 
@@ -61,3 +61,4 @@ def register(app) -> None:
     app.jinja_env.filters["pretty_json"] = pretty_json
     app.jinja_env.filters["when"] = when
     app.jinja_env.filters["shorten"] = shorten
+    app.jinja_env.globals["plural"] = plural
