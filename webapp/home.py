@@ -21,7 +21,7 @@ from rq import Worker
 from sqlalchemy import func, select
 
 from webapp.agent.states import ConversationStatus
-from webapp.approvals import actions as approvals
+from webapp.approvals import queries as inbox
 from webapp.conversations.actions import STATUS_LABELS
 from webapp.models import (
     ApiToken,
@@ -96,12 +96,12 @@ def open_conversations(user: User) -> dict:
 
 
 def waiting_calls(user: User) -> dict:
-    oldest = db.session.scalars(approvals.pending(user).limit(SHOWN)).all()
+    oldest = db.session.scalars(inbox.pending(user).limit(SHOWN)).all()
     people = {}
     if oldest:
         ids = {call.acting_user_id for call in oldest}
         people = dict(db.session.execute(select(User.id, User.email).where(User.id.in_(ids))).all())
-    count, total = approvals.pending_total(user)
+    count, total = inbox.pending_total(user)
     return {"calls": oldest, "count": count, "total": total, "people": people, "now": utcnow()}
 
 

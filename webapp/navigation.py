@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from flask import current_app, request, url_for
 from flask_login import current_user
 
-from webapp.approvals.actions import pending_badge
+from webapp.approvals.queries import pending_badge
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,26 @@ def test_inbox_filters_narrow_the_list_and_bad_values_say_so(app, api, model):
     assert fragment.startswith('<div id="approval-list"')
 
 
+    # the API's list takes the same filters, read the same way
+    listed = api.as_("reviewer@acme.test")
+
+    def ids(url: str) -> list[int]:
+        answer = listed.get(url)
+        assert answer.status_code == 200, answer.json
+        return [item["id"] for item in answer.json["approvals"]]
+
+    assert ids("/api/approvals?min_amount=100") == [calls[1].id]
+    assert ids("/api/approvals?tool=send_email") == [calls[2].id]
+    assert ids("/api/approvals?tool=issue_refund&max_amount=100") == [calls[0].id]
+    assert ids("/api/approvals?requester=AGENT@acme.test&min_amount=") == [call.id for call in calls]  # empty: none
+    assert ids("/api/approvals?requester=someone@else.test") == []
+    refused = listed.get("/api/approvals?min_amount=lots")
+    assert refused.status_code == 422 and refused.json["error"] == "invalid_filter"
+    assert refused.json["message"] == "Amount from ($) must be a positive number; “lots” was ignored."
+    unknown = listed.get("/api/approvals?amount=5")
+    assert unknown.status_code == 422 and unknown.json["fields"][0]["field"] == "amount"
+
+
 def test_the_decision_page_shows_the_arguments_the_rule_and_the_conversation(app, api, model):
     (call,) = waiting_calls(api, model, refund(4471, 9000), message="refund the late one")
     viewed_before = db.session.scalar(select(func.count(AuditEvent.id)).where(AuditEvent.action == "approval_viewed"))

@@ -80,6 +80,8 @@ from webapp.api.schemas import (
 )
 from webapp.approvals import actions as approvals
 from webapp.approvals import outside as outside_actions
+from webapp.approvals import queries as inbox
+from webapp.approvals.queries import InboxFilters
 from webapp.audit import queries as audit_queries
 from webapp.conversations import actions as conversations
 from webapp.conversations import event_stream
@@ -275,12 +277,20 @@ def extend_budget(conversation_id: int):
 
 
 @bp.get("/approvals")
-@documented("List the calls waiting for a decision", query=ApprovalsQuery, responses={200: ApprovalList})
+@documented(
+    "List the calls waiting for a decision",
+    query=ApprovalsQuery,
+    responses={200: ApprovalList},
+    errors={422: "invalid_filter: a filter the inbox page would ignore; the message says what to send."},
+)
 @api_roles("reviewer")
 def list_approvals():
     """The tenant's waiting calls, oldest first, a page at a time: a call that waits is on one page."""
     asked = query(ApprovalsQuery)
-    page = a_page(lambda: approvals.pending_page(db.session, g.user, asked.cursor, asked.limit or 200))
+    filters, problems = InboxFilters.read(request.args)  # as the inbox page reads them
+    if problems:
+        raise Refused(422, "invalid_filter", " ".join(problems))
+    page = a_page(lambda: inbox.pending_page(db.session, g.user, asked.cursor, asked.limit or 200, filters))
     tools = tenant_tools()
     return answer(
         ApprovalList(approvals=[ToolCallView.of(call, tools) for call in page.rows], next_cursor=page.next_cursor)

@@ -35,6 +35,7 @@ from pydantic import (
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.outside import STATUS as OUTSIDE_STATUS
 from webapp.agent.states import CallStatus, ConversationStatus
+from webapp.approvals import queries as inbox_queries
 from webapp.approvals.actions import MAX_REASON_CHARS, holder
 from webapp.approvals.outside import MAX_WAIT_SECONDS
 from webapp.audit import queries as audit_queries
@@ -569,11 +570,32 @@ class CallQuery(QueryParameters):
     ] = None
 
 
+def _inbox_number(description: str) -> Any:
+    schema = {"type": "number", "minimum": 0, "maximum": inbox_queries.LARGEST}
+    return Field(json_schema_extra=_or_empty(schema), description=description)
+
+
 class ApprovalsQuery(QueryParameters):
-    """A page of the calls waiting for a decision, oldest first."""
+    """A page of the calls waiting for a decision, oldest first, narrowed by the inbox page's filters.
+    The filters' values are read as the inbox page reads them (webapp.approvals.queries.InboxFilters):
+    a filter sent empty is no filter, a bad one is a 422 invalid_filter in the page's words."""
 
     cursor: Cursor = None
     limit: _page_limit("Calls", 200) = None
+    tool: Annotated[
+        str | None,
+        Field(json_schema_extra={"maxLength": inbox_queries.TOOL_CHARS}, description="Only this tool's calls."),
+    ] = None
+    requester: Annotated[
+        str | None,
+        Field(
+            json_schema_extra={"maxLength": inbox_queries.EMAIL_CHARS},
+            description="Only the calls of this person's conversations (their e-mail).",
+        ),
+    ] = None
+    min_age: Annotated[str | None, _inbox_number("Only calls waiting at least this many minutes.")] = None
+    min_amount: Annotated[str | None, _inbox_number("Only calls moving at least this many dollars.")] = None
+    max_amount: Annotated[str | None, _inbox_number("Only calls moving at most this many dollars.")] = None
 
 
 # --- refusing a request -----------------------------------------------------------------------------

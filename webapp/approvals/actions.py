@@ -1,21 +1,20 @@
-"""What reviewers do to tool calls waiting for a person, shared by the inbox pages and the API."""
+"""What reviewers do to tool calls waiting for a person, shared by the inbox pages and the API (the
+inbox's queries are approvals/queries.py)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, func, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from webapp.agent import decisions
 from webapp.agent.states import CallStatus
 from webapp.conversations import actions as conversations
-from webapp.models import Conversation, Decision, ToolCall, User, utcnow
-from webapp.runtime.extensions import db
+from webapp.models import Conversation, ToolCall, User, utcnow
 from webapp.runtime.services import services
 from webapp.tools.registry import Review, ToolContext
 from webapp.web.errors import Refused
-from webapp.web.pagination import Page, keyset_page
 
 MAX_REASON_CHARS = 2_000
 DECISION_STATUS = {"not_allowed": 403, "reason_required": 422, "invalid_input": 422}
@@ -28,84 +27,6 @@ class EditRefused(Refused):
     def __init__(self, problems: dict[str | None, str]) -> None:
         super().__init__(422, "invalid_input", " ".join(problems.values()) + " Nothing was approved.")
         self.problems = problems
-
-
-def pending(user: User):
-    """The tenant's calls waiting for a decision, oldest first."""
-    return (
-        select(ToolCall)
-        .where(ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL)
-        .order_by(ToolCall.created_at, ToolCall.id)
-    )
-
-
-def pending_page(session: Session, user: User, cursor: str | None, size: int, narrowed: Select | None = None) -> Page:
-    """A page of the tenant's waiting calls (`narrowed`: of pending(user) narrowed by filters), oldest
-    first, the call closest to expiring leading, after the call `cursor` names (raises BadCursor).
-    Keyed by when each started waiting, which never changes, so a call waiting the whole time is on
-    exactly one page."""
-    return keyset_page(
-        session,
-        pending(user) if narrowed is None else narrowed,
-        [ToolCall.created_at, ToolCall.id],
-        cursor,
-        size,
-        key_values=lambda call: (call.created_at, call.id),
-        descending=False,
-    )
-
-
-def next_for(user: User) -> ToolCall | None:
-    """The oldest waiting call this person can still decide: not from their own conversation, not one
-    they already approved."""
-    mine = select(Decision.id).where(Decision.tool_call_id == ToolCall.id, Decision.reviewer_id == user.id)
-    return db.session.scalar(
-        pending(user)
-        .join(Conversation, Conversation.id == ToolCall.conversation_id)
-        .where(Conversation.user_id != user.id, ~mine.exists())
-        .limit(1)
-    )
-
-
-# The navigation badge, on every page, counts at most this many waiting calls and then says "99+":
-# counting 100,000 waiting calls on every page would cost more than the page itself.
-BADGE_CAP = 100
-
-
-def pending_count(user: User, cap: int | None = None) -> int:
-    """How many calls wait for a decision in this person's tenant (at most `cap`, when given)."""
-    waiting = select(ToolCall.id).where(
-        ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL
-    )
-    if cap is not None:
-        waiting = waiting.limit(cap)
-    return db.session.scalar(select(func.count()).select_from(waiting.subquery()))
-
-
-# The inbox counts waiting calls up to this many, then says "10,000+" (an exact count of 100,000 rows
-# took 65 ms on SQLite, more than the rest of the page).
-INBOX_COUNT_CAP = 10_000
-
-
-def pending_total(user: User) -> tuple[int, str]:
-    """How many calls wait (counted up to INBOX_COUNT_CAP), and how to say it: "1,234" or "10,000+"."""
-    count = pending_count(user, INBOX_COUNT_CAP)
-    return count, f"{INBOX_COUNT_CAP:,}+" if count >= INBOX_COUNT_CAP else f"{count:,}"
-
-
-def pending_badge(user: User) -> str:
-    """The navigation badge: how many calls wait, "99+" past BADGE_CAP - 1."""
-    count = pending_count(user, BADGE_CAP)
-    return f"{BADGE_CAP - 1}+" if count >= BADGE_CAP else str(count)
-
-
-def oldest_waiting_since(user: User):
-    """When the longest-waiting call of this person's tenant started waiting (None: nothing waits)."""
-    return db.session.scalar(
-        select(func.min(ToolCall.created_at)).where(
-            ToolCall.tenant_id == user.tenant_id, ToolCall.status == CallStatus.AWAITING_APPROVAL
-        )
-    )
 
 
 def find_call(session: Session, user: User, tool_call_id: int) -> ToolCall:

@@ -9,8 +9,6 @@ re-fetch their fragments when anything is decided elsewhere.
 from __future__ import annotations
 
 import json
-import math
-from datetime import timedelta
 
 from flask import Blueprint, abort, flash, g, render_template, request, url_for
 from flask_login import current_user
@@ -24,6 +22,8 @@ from webapp.agent.decisions import approvals_so_far, arguments_hash, held_words,
 from webapp.agent.states import CallStatus
 from webapp.approvals import actions as approvals
 from webapp.approvals import editing
+from webapp.approvals import queries as inbox
+from webapp.approvals.queries import InboxFilters
 from webapp.conversations.cards import card, decisions_by_call
 from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User, utcnow
@@ -42,52 +42,12 @@ bp = Blueprint("approvals", __name__, url_prefix="/approvals")
 PAGE_SIZE = 50
 
 
-def _filters() -> tuple[dict, list[str]]:
-    """The inbox filters from the query string, and a sentence for each bad one."""
-    args, problems, values = request.args, [], {}
-    values["tool"] = (args.get("tool") or "").strip()[:128]
-    values["requester"] = (args.get("requester") or "").strip().lower()[:254]
-    for name, label in (
-        ("min_age", "Older than (minutes)"),
-        ("min_amount", "Amount from ($)"),
-        ("max_amount", "Amount up to ($)"),
-    ):
-        raw = (args.get(name) or "").strip()
-        values[name] = None
-        if raw:
-            try:
-                number = float(raw)
-                if not math.isfinite(number) or number < 0 or number > 10**9:  # nan and inf too
-                    raise ValueError
-                values[name] = number
-            except ValueError:
-                problems.append(f"{label} must be a positive number; “{raw[:20]}” was ignored.")
-    return values, problems
-
-
-def _pending_query(filters: dict):
-    query = approvals.pending(current_user)
-    if filters["tool"]:
-        query = query.where(ToolCall.name == filters["tool"])
-    if filters["requester"]:
-        query = query.join(User, User.id == ToolCall.acting_user_id).where(User.email == filters["requester"])
-    if filters["min_age"] is not None:
-        query = query.where(ToolCall.created_at <= utcnow() - timedelta(minutes=filters["min_age"]))
-    if filters["min_amount"] is not None:
-        query = query.where(ToolCall.money_cents >= round(filters["min_amount"] * 100))
-    if filters["max_amount"] is not None:
-        query = query.where(ToolCall.money_cents <= round(filters["max_amount"] * 100))
-    return query
-
-
 @bp.get("")
 @roles_required("reviewer")
 def index():
-    filters, problems = _filters()
+    filters, problems = InboxFilters.read(request.args)
     try:
-        page = approvals.pending_page(
-            db.session, current_user, request.args.get("cursor"), PAGE_SIZE, _pending_query(filters)
-        )
+        page = inbox.pending_page(db.session, current_user, request.args.get("cursor"), PAGE_SIZE, filters)
     except BadCursor as exc:
         problems.append(str(exc))
         page = Page([], None)
@@ -106,15 +66,15 @@ def index():
         if page.next_cursor
         else None,
         now=utcnow(),
-        total=approvals.pending_total(current_user)[1],
-        oldest=approvals.oldest_waiting_since(current_user),
+        total=inbox.pending_total(current_user)[1],
+        oldest=inbox.oldest_waiting_since(current_user),
     )
 
 
 @bp.get("/badge")
 @roles_required("reviewer")
 def badge():
-    return render_template("approvals/_badge.html", count=approvals.pending_badge(current_user))
+    return render_template("approvals/_badge.html", count=inbox.pending_badge(current_user))
 
 
 def _call(tool_call_id: int) -> ToolCall:
@@ -188,7 +148,7 @@ def _record_ids(review: Review) -> dict[str, set[int]]:
 
 
 def _neighbours(call: ToolCall) -> dict:
-    base = approvals.pending(current_user)
+    base = inbox.pending(current_user)
     previous = db.session.scalar(base.where(ToolCall.id < call.id).order_by(None).order_by(ToolCall.id.desc()).limit(1))
     following = db.session.scalar(base.where(ToolCall.id > call.id).order_by(None).order_by(ToolCall.id).limit(1))
     return {"previous_call": previous, "next_call": following}
@@ -294,7 +254,7 @@ def decide(tool_call_id: int):
         return _edit_refused(tool_call_id, typed, exc.problems)
     except Refused as exc:
         return _refused(tool_call_id, exc)
-    following = approvals.next_for(current_user)
+    following = inbox.next_for(current_user)
     flash(_decided(call, following is not None), "info")
     return htmx.go_to(url_for("approvals.show", tool_call_id=following.id) if following else url_for("approvals.index"))
 
