@@ -18,7 +18,6 @@ from webapp.conversations import actions as conversation_actions
 from webapp.llm import endpoints
 from webapp.models import MAX_ROW_ID, ApiToken, NotificationChannel, NotificationDelivery, Tenant, User, utcnow
 from webapp.web.errors import Refused
-from webapp.web.security import unlock_account
 
 NO_SUCH_TOKEN = "There is no such API token among yours (admins: among your organisation's)."
 
@@ -74,11 +73,10 @@ def revoke(session: Session, actor: User, token_id: int) -> tuple[ApiToken, bool
     return row, changed
 
 
-def unlock(session: Session, actor: User, user: User) -> bool:
-    """Forget the failed sign-ins that locked the user's account (admins); True if it was locked.
-    Audited either way, so who lifted a lock, or tried to, is on record. AccountError when the
-    limits' store cannot be reached."""
-    was_locked = unlock_account(user.email)
+def record_unlock(session: Session, actor: User, user: User, was_locked: bool) -> None:
+    """Put on record that an admin lifted the lock of failed sign-ins from a user's account (the page
+    forgets the failures, in the sign-in limits' store); audited whether it was locked or not, so who
+    lifted a lock, or tried to, is on record."""
     audit_chain.record(
         session,
         "user_unlocked",
@@ -87,7 +85,6 @@ def unlock(session: Session, actor: User, user: User) -> bool:
         data={"user_id": user.id, "email": user.email, "was_locked": was_locked},
     )
     session.commit()
-    return was_locked
 
 
 def disable_user(session: Session, admin: User, user: User) -> int | None:

@@ -23,7 +23,7 @@ from webapp.identity import EMAIL_RE, AccountError
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.web.htmx import is_htmx
-from webapp.web.security import account_locked, begin_session, roles_required
+from webapp.web.security import account_locked, begin_session, roles_required, unlock_account
 
 bp = Blueprint("users", __name__, url_prefix="/admin/users")
 
@@ -200,9 +200,10 @@ def unlock(user_id: int):
     """Forget the failed sign-ins that locked the user's account, so they can sign in again now."""
     user = _tenant_user(user_id)
     try:
-        was_locked = actions.unlock(db.session, _admin(), user)
+        was_locked = unlock_account(user.email)
     except AccountError as exc:
         return _failed(user, exc)
+    actions.record_unlock(db.session, _admin(), user, was_locked)
     if was_locked:
         return _done(user, f"{user.email} is unlocked and can sign in again now.")
     return _done(user, f"{user.email} was not locked; nothing changed.")

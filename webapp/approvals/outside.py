@@ -5,10 +5,9 @@ call, wait for its decision, report what it did, give it up. Declaring their too
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
-from flask import Flask
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -18,6 +17,9 @@ from webapp.agent.states import CallStatus
 from webapp.conversations.actions import SUPERVISING
 from webapp.models import ToolCall, User
 from webapp.runtime.extensions import db
+
+if TYPE_CHECKING:
+    from flask import Flask
 from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
 from webapp.runtime.services import services
 from webapp.web.errors import Refused

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flask import flash, has_request_context, request
+from blinker import Namespace
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -286,18 +286,16 @@ def commit_change(
     after_commit([(conversation, version)])
 
 
-QUEUE_DOWN = (
-    "Saved. The assistant's work queue cannot be reached right now; the assistant picks this up by "
-    "itself as soon as the queue is back, so there is no need to send it again."
-)
+# Sent (with the conversation's id) when a person's change is saved but its move could not be queued
+# because Redis is away: the sweeper queues it once Redis is back. The pages say so (web/pages.py).
+saved_while_queue_down = Namespace().signal("saved-while-queue-down")
 
 
 def enqueue_after_commit(conversation_id: int, version: int) -> None:
     """Enqueue a committed move that follows a person's act, on the people queue (ahead of the moves
     already in flight). With Redis down the change stays saved and the sweeper enqueues it once Redis
-    is back; a page says so (an API caller sees the conversation still queued)."""
+    is back (saved_while_queue_down; an API caller sees the conversation still queued)."""
     try:
         services().dispatcher.enqueue_move(conversation_id, version, people=True)
     except QueueUnavailable:
-        if has_request_context() and request.blueprint != "api":
-            flash(QUEUE_DOWN, "info")
+        saved_while_queue_down.send(conversation_id)

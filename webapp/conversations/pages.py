@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import mimetypes
 
-from flask import Blueprint, abort, flash, redirect, request, send_file, url_for
+from flask import Blueprint, abort, flash, has_request_context, redirect, request, send_file, url_for
 from flask_login import current_user
 from sqlalchemy import select
 
@@ -26,6 +26,19 @@ from webapp.web.pagination import BadCursor, Page, keyset_page
 from webapp.web.security import roles_required
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
+
+QUEUE_DOWN = (
+    "Saved. The assistant's work queue cannot be reached right now; the assistant picks this up by "
+    "itself as soon as the queue is back, so there is no need to send it again."
+)
+
+
+@conversations.saved_while_queue_down.connect
+def _say_the_queue_is_down(conversation_id: int) -> None:
+    """A person's change was saved but its move waits for Redis: every page says so (the chat's, the
+    decision page's); the API's callers see the conversation still queued."""
+    if has_request_context() and request.blueprint != "api":
+        flash(QUEUE_DOWN, "info")
 
 EVERYONE = ("agent", "reviewer", "auditor", "admin")
 PAGE_SIZE = 25
