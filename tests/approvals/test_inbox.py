@@ -68,7 +68,6 @@ def test_inbox_filters_narrow_the_list_and_bad_values_say_so(app, api, model):
     fragment = reviewer.get("/approvals?tool=send_email", headers={"HX-Request": "true"}).get_data(as_text=True)
     assert fragment.startswith('<div id="approval-list"')
 
-
     # the API's list takes the same filters, read the same way
     listed = api.as_("reviewer@acme.test")
 
@@ -84,7 +83,11 @@ def test_inbox_filters_narrow_the_list_and_bad_values_say_so(app, api, model):
     assert ids("/api/approvals?requester=someone@else.test") == []
     refused = listed.get("/api/approvals?min_amount=lots")
     assert refused.status_code == 422 and refused.json["error"] == "invalid_filter"
-    assert refused.json["message"] == "Amount from ($) must be a positive number; “lots” was ignored."
+    assert refused.json["message"] == "Amount from ($) must be a positive number up to 21,474,836; “lots” was ignored."
+    # past what a call can carry, or a hundred years: said, never a 500
+    for too_much in ("min_amount=21474837", "max_amount=1e12", "min_age=99999999999"):
+        assert listed.get(f"/api/approvals?{too_much}").status_code == 422, too_much
+        assert "must be a positive number up to" in reviewer.get(f"/approvals?{too_much}").get_data(as_text=True)
     unknown = listed.get("/api/approvals?amount=5")
     assert unknown.status_code == 422 and unknown.json["fields"][0]["field"] == "amount"
 

@@ -570,8 +570,8 @@ class CallQuery(QueryParameters):
     ] = None
 
 
-def _inbox_number(description: str) -> Any:
-    schema = {"type": "number", "minimum": 0, "maximum": inbox_queries.LARGEST}
+def _inbox_number(name: str, description: str) -> Any:
+    schema = {"type": "number", "minimum": 0, "maximum": inbox_queries.NUMBERS[name][1]}
     return Field(json_schema_extra=_or_empty(schema), description=description)
 
 
@@ -593,9 +593,13 @@ class ApprovalsQuery(QueryParameters):
             description="Only the calls of this person's conversations (their e-mail).",
         ),
     ] = None
-    min_age: Annotated[str | None, _inbox_number("Only calls waiting at least this many minutes.")] = None
-    min_amount: Annotated[str | None, _inbox_number("Only calls moving at least this many dollars.")] = None
-    max_amount: Annotated[str | None, _inbox_number("Only calls moving at most this many dollars.")] = None
+    min_age: Annotated[str | None, _inbox_number("min_age", "Only calls waiting at least this many minutes.")] = None
+    min_amount: Annotated[str | None, _inbox_number("min_amount", "Only calls moving at least this many dollars.")] = (
+        None
+    )
+    max_amount: Annotated[str | None, _inbox_number("max_amount", "Only calls moving at most this many dollars.")] = (
+        None
+    )
 
 
 # --- refusing a request -----------------------------------------------------------------------------

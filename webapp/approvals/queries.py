@@ -16,10 +16,16 @@ from webapp.models import Conversation, Decision, ToolCall, User, utcnow
 from webapp.runtime.extensions import db
 from webapp.web.pagination import Page, keyset_page
 
-# The filters' names (the page's form fields and the API's query parameters) and the words for each
-# number's field in a sentence about it.
-NUMBERS = {"min_age": "Older than (minutes)", "min_amount": "Amount from ($)", "max_amount": "Amount up to ($)"}
-LARGEST = 10**9  # no filter of minutes or dollars goes past this
+# The numbers' filters (the page's form fields and the API's query parameters): the words for each in a
+# sentence about it, and the largest it takes: a hundred years of minutes, and the most money a call
+# carries (its money_cents is a 32-bit integer).
+LARGEST_MINUTES = 100 * 365 * 24 * 60
+LARGEST_DOLLARS = (2**31 - 1) // 100
+NUMBERS = {
+    "min_age": ("Older than (minutes)", LARGEST_MINUTES),
+    "min_amount": ("Amount from ($)", LARGEST_DOLLARS),
+    "max_amount": ("Amount up to ($)", LARGEST_DOLLARS),
+}
 TOOL_CHARS, EMAIL_CHARS = 128, 254
 
 
@@ -39,17 +45,17 @@ class InboxFilters:
         """The filters sent (a page's query string, the API's), and a sentence for each bad one, which
         is then left out. A filter sent empty is no filter."""
         problems, numbers = [], {}
-        for name, label in NUMBERS.items():
+        for name, (label, largest) in NUMBERS.items():
             raw = (args.get(name) or "").strip()
             numbers[name] = None
             if raw:
                 try:
                     number = float(raw)
-                    if not math.isfinite(number) or number < 0 or number > LARGEST:  # nan and inf too
+                    if not math.isfinite(number) or number < 0 or number > largest:  # nan and inf too
                         raise ValueError
                     numbers[name] = number
                 except ValueError:
-                    problems.append(f"{label} must be a positive number; “{raw[:20]}” was ignored.")
+                    problems.append(f"{label} must be a positive number up to {largest:,}; “{raw[:20]}” was ignored.")
         tool = (args.get("tool") or "").strip()[:TOOL_CHARS]
         requester = (args.get("requester") or "").strip().lower()[:EMAIL_CHARS]
         return cls(tool, requester, **numbers), problems
