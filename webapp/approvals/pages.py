@@ -113,7 +113,6 @@ def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | Non
         "own_conversation": db.session.get(Conversation, call.conversation_id).user_id == current_user.id,
         "claimed_by": _someone_else(call),
         "held": held_words(call.name) if waiting and tool is not None and tool.unavailable() else None,
-        "now": utcnow(),
         **neighbours,
     }
 

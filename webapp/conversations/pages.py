@@ -40,6 +40,7 @@ def _say_the_queue_is_down(conversation_id: int) -> None:
     if has_request_context() and request.blueprint != "api":
         flash(QUEUE_DOWN, "info")
 
+
 EVERYONE = ("agent", "reviewer", "auditor", "admin")
 PAGE_SIZE = 25
 STATUS_LABELS = conversations.STATUS_LABELS
