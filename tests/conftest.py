@@ -4,9 +4,11 @@ HTTP endpoint, and RQ workers as subprocesses."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -60,6 +62,31 @@ RUNTIME_TABLES = [
     "invoices",
     "customers",
 ]
+
+
+_ports = itertools.count()
+
+
+def free_port() -> int:
+    """A port for a server a test starts that no other server of the suite can take meanwhile, even
+    while it restarts: below the kernel's ephemeral range (which every bind to port 0 draws from), in
+    this test process's own share of 500 ports, the next free one in turn."""
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
+    share = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    first = low - 500 * (share + 1)
+    for _ in range(500 if first >= 1024 else 0):
+        port = first + next(_ports) % 500
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as probe:  # no room below the ephemeral range: any free port
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 20.0, message: str = "condition") -> object:
@@ -192,24 +219,42 @@ def engine(migrated):
     engine.dispose()
 
 
-@pytest.fixture
-def clean(engine, base_env):
-    """Empty the runtime tables, reseed the billing data and empty Redis before a test."""
-    from demo.billing.seed import seed_demo
+@pytest.fixture(scope="session")
+def seeded(migrated) -> list[tuple[object, list[dict]]]:
+    """The billing rows seed_demo wrote for the session (customers, subscriptions, invoices: parents
+    first), read once, so that each test gets them back in one statement a table rather than by seeding
+    anew row by row."""
+    from demo.billing.models import Customer, Invoice, Subscription
 
+    engine = create_engine(migrated, **engine_options(migrated))
+    with engine.connect() as connection:
+        tables = [model.__table__ for model in (Customer, Subscription, Invoice)]
+        rows = [(table, [dict(row._mapping) for row in connection.execute(table.select())]) for table in tables]
+    engine.dispose()
+    return rows
+
+
+@pytest.fixture
+def clean(engine, base_env, seeded):
+    """Empty the runtime tables, put the billing data back as seeded and empty Redis before a test."""
+    postgres = engine.dialect.name == "postgresql"
     with engine.begin() as connection:
         connection.execute(text("UPDATE tenants SET endpoint_id = NULL, small_endpoint_id = NULL"))  # endpoints go
         connection.execute(text("DELETE FROM endpoint_tenants"))
         connection.execute(text("DELETE FROM model_endpoints"))
-        if engine.dialect.name == "postgresql":
+        if postgres:
             connection.execute(text(f"TRUNCATE {', '.join(RUNTIME_TABLES)} RESTART IDENTITY CASCADE"))
         else:
             for table in RUNTIME_TABLES:
                 connection.execute(text(f"DELETE FROM {table}"))
-    with Session(engine) as session:
-        seed_demo(session)
-        session.commit()
-    with engine.begin() as connection:  # demo logins back as seeded, whatever a test did to them
+        for table, rows in seeded:
+            connection.execute(table.insert(), rows)
+            if postgres:  # the next row a test adds gets the next id
+                name = table.name
+                connection.execute(
+                    text(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), (SELECT MAX(id) FROM {name}))")
+                )
+        # demo logins back as seeded, whatever a test did to them
         connection.execute(
             text("UPDATE users SET active = true WHERE email LIKE '%@acme.test' OR email LIKE '%@globex.test'")
         )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
-from tests.conftest import Zygote, process_alive
+from tests.conftest import Zygote, free_port, process_alive
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -63,7 +62,7 @@ class LiveServer:
     zygote, which paid for the app's imports once."""
 
     def __init__(self, env: dict[str, str], log_path: Path, zygote: Zygote) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.pid = zygote.fork(log_path, env, port=self.port)
@@ -96,12 +95,6 @@ class LiveServer:
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -14,16 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import free_port, wait_until
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _answers(url: str) -> bool:
@@ -47,7 +40,7 @@ def _started_by(session_id: int, instance: Path) -> list[str]:
 
 
 def test_sigterm_to_bin_demo_leaves_none_of_its_processes_within_10_seconds(tmp_path):
-    instance, port = tmp_path / "instance", _free_port()
+    instance, port = tmp_path / "instance", free_port()
     env = {
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", str(tmp_path)),

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import urllib.error
@@ -25,7 +24,7 @@ from sqlalchemy.orm import Session
 from werkzeug.serving import make_server
 
 from demo.billing.models import Customer, Invoice, OutgoingEmail, Refund, Subscription
-from tests.conftest import Zygote, process_alive, wait_until
+from tests.conftest import Zygote, free_port, process_alive, wait_until
 from tests.replies import reply, tool_use
 from tests.replies import text as text_block
 from webapp.models import AuditEvent, Tenant, ToolCall
@@ -37,12 +36,6 @@ PASSWORD = "demo-password"
 def drill_seed() -> int:
     """The base seed: DRILL_SEED to replay a failure, else a fixed one so CI runs the same drill."""
     return int(os.environ.get("DRILL_SEED", "8"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 # --- workers --------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from tests.conftest import wait_until
+from tests.conftest import free_port, wait_until
 from webapp.models import AuditEvent, McpServer, Tenant, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
@@ -117,12 +117,6 @@ def running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Warehouse:

@@ -9,7 +9,6 @@ import hashlib
 import hmac
 import json
 import re
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -27,7 +26,7 @@ from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook, WebhookV
 from tests.accounts.people import last_event
 from tests.approvals.test_inbox import refund, waiting_calls
 from tests.clients import session_as, sign_in
-from tests.conftest import desk_app, pushed, wait_until
+from tests.conftest import desk_app, free_port, pushed, wait_until
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
 from webapp.agent import sweeper
@@ -107,12 +106,6 @@ class Mailbox:
     async def handle_DATA(self, server, session, envelope):
         self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content, policy=email_policy)))
         return "250 Message accepted"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
