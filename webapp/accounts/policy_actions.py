@@ -124,7 +124,7 @@ def decide(
     passes the policy's checks (an operator lowered the ceiling since)."""
     change = find_change(session, decider, change_id, lock=True)
     if change.status != PENDING:
-        raise Refused(409, "already_decided", already_said(change))
+        raise Refused(409, "already_decided", already_said(change), at=change.decided_at)
     if decider is not None and decider.id == change.requested_by_id:
         raise Refused(
             403,
@@ -186,7 +186,7 @@ def withdraw(session: Session, actor: User, change_id: int) -> PolicyChange:
     """The admin who asked takes a waiting change back."""
     change = find_change(session, actor, change_id, lock=True)
     if change.status != PENDING:
-        raise Refused(409, "already_decided", already_said(change))
+        raise Refused(409, "already_decided", already_said(change), at=change.decided_at)
     if change.requested_by_id != actor.id:
         raise Refused(403, "not_allowed", "Only the admin who asked for a change can withdraw it; you can reject it.")
     _close(session, change, "withdrawn", actor, None, None)
@@ -228,14 +228,14 @@ def admin_count(session: Session, tenant_id: int) -> int:
 
 
 def already_said(change: PolicyChange) -> str:
-    """Why a change can no longer be decided, in words."""
+    """Why a change can no longer be decided, in words whose "{at}" is when it was (Refused's `at`)."""
     who = change.decided_by.label if change.decided_by else (change.decided_by_label or "the desk")
-    when = change.decided_at.strftime("%Y-%m-%d %H:%M UTC") if change.decided_at else ""
+    at = " at {at}" if change.decided_at else ""
     if change.status == "superseded":
-        return f"This change was superseded ({change.reason or 'a newer change of the same tool was asked'}) at {when}."
+        return f"This change was superseded ({change.reason or 'a newer change of the same tool was asked'}){at}."
     if change.status == "withdrawn":
-        return f"This change was withdrawn by the admin who asked for it at {when}."
-    return f"This change was already {change.status} by {who} at {when}."
+        return f"This change was withdrawn by the admin who asked for it{at}."
+    return f"This change was already {change.status} by {who}{at}."
 
 
 def _pending(tenant_id: int):
