@@ -47,10 +47,10 @@ def moves_made() -> int:
     return _moves_made
 
 
-def _count_moves(count: int) -> None:
+def _count_move() -> None:
     global _moves_made
     with _moves_lock:
-        _moves_made += count
+        _moves_made += 1
 
 
 def move(conversation_id: int, version: int, job=None) -> str:
@@ -69,7 +69,7 @@ def move(conversation_id: int, version: int, job=None) -> str:
         first = not outcomes
         try:
             result = _one_move(desk, conversation_id, version, owner, final_attempt=_final(job, config, first))
-            _count_moves(1)
+            _count_move()
         except Exception as error:
             if first:
                 raise  # the job's own retries (RQ), as for any job
