@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BILLING = "demo.billing:TOOLS"  # EXTRA_TOOLS of the billing demo; a test adding tools keeps it first
 # Tables a test may fill; the accounts and tenants of the demo seed stay for the whole session.
 RUNTIME_TABLES = [
+    "batch_requests",
+    "run_items",
     "webhook_deliveries",
     "webhook_subscriptions",
     "notification_deliveries",
@@ -56,6 +58,7 @@ RUNTIME_TABLES = [
     "tool_calls",
     "messages",
     "conversations",
+    "runs",
     "refunds",
     "outgoing_emails",
     "subscriptions",

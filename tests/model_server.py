@@ -10,6 +10,14 @@ only for requests whose body contains some text) with faults and replies:
         server.enqueue(Reply.held(gate), match="[[long answer]]")
         run_worker(env=server.env())
 
+It also answers the Message Batches endpoints as DemoTransport does (webapp/llm/demo_batches.py: a
+batch ends on a later look, never the first; its requests get the demo model's answers, and the
+hooks EXPIRED_HOOK and ERRORED_HOOK in a request's messages expire or fail it). Scripted steps apply
+to POST /v1/messages only. `server.requests` records POST /v1/messages bodies and `server.batches`
+the body of each batch created, so a test can tell how its model requests went;
+`hold_batches()` keeps every batch in progress until `release_batches()` (a cancelled one still
+ends).
+
 Tests get a fresh one per test with the `model_server` fixture, after
 `from tests.model_server import model_server_fixture  # noqa: F401`.
 """
@@ -28,10 +36,12 @@ from typing import Any, NamedTuple
 import pytest
 
 from webapp.llm import demo_context, demo_model
+from webapp.llm.demo_batches import BatchStore
 from webapp.llm.wire import (
     ERROR_TYPES,
     Responder,
     api_error,
+    batch_result,
     demo_reply,
     read_request,
     request_id,
@@ -126,8 +136,13 @@ class ModelServer:
     """The Messages API on a local port, in a daemon thread; records every request it gets."""
 
     def __init__(
-        self, responder: Responder = demo_model.respond, chunk_delay: float = 0.0, context_tokens: int = 200_000
+        self,
+        responder: Responder = demo_model.respond,
+        chunk_delay: float = 0.0,
+        context_tokens: int = 200_000,
+        batch_seconds: float = 0.0,
     ) -> None:
+        """`batch_seconds`: the least time a message batch takes; it ends on a look after that, never its first."""
         self.responder = responder
         self.chunk_delay = chunk_delay
         self.context_tokens = context_tokens  # longer requests are refused as the API does ("prompt is too long")
@@ -136,6 +151,7 @@ class ModelServer:
         self.requests: list[dict | None] = []
         self.invalid_requests: list[Rejected] = []
         self._script: list[tuple[str | None, Step]] = []
+        self._batch_store = BatchStore(self._batch_result, batch_seconds)
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
@@ -173,6 +189,18 @@ class ModelServer:
         """Script the answer to the next request (whose body contains `match`, if given)."""
         with self._lock:
             self._script.append((match, step))
+
+    @property
+    def batches(self) -> list[dict]:
+        """The body of every message batch created (POST /v1/messages/batches), oldest first."""
+        return self._batch_store.bodies()
+
+    def hold_batches(self) -> None:
+        """Keep every batch in progress, however often it is looked at, until release_batches()."""
+        self._batch_store.hold()
+
+    def release_batches(self) -> None:
+        self._batch_store.release()
 
     def set_chunk_delay(self, seconds: float) -> None:
         """Pause this long between the events of every stream."""
@@ -237,6 +265,19 @@ class ModelServer:
             self.counted.append(body)
         http.send_json(200, {"input_tokens": demo_context.count(body)}, {"request-id": request_id(raw)})
 
+    def _batch(self, http: _Handler, method: str, path: str, raw: bytes) -> bool:
+        """Answer a Message Batches request; False when the path is not one."""
+        answer = self._batch_store.respond(method, path, raw, self.url)
+        if answer is None:
+            return False
+        http.send_bytes(
+            answer.status, answer.body, {"content-type": answer.content_type, "request-id": request_id(raw)}
+        )
+        return True
+
+    def _batch_result(self, params: dict) -> dict:
+        return batch_result(params, self.responder, self.cache, self.context_tokens)
+
     def _stream(self, http: _Handler, message: dict, step: Step, headers: dict[str, str]) -> None:
         events = list(sse_events(message))
         hold_after = step.hold_after
@@ -289,6 +330,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         path = self.path.split("?")[0]
+        if self.server.model_server._batch(self, "POST", path, raw):
+            return
         if path not in ("/v1/messages", "/v1/messages/count_tokens"):
             self.send_json(404, api_error(404, f"Not found: {self.path}"), {})
             return
@@ -301,7 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def do_GET(self) -> None:  # noqa: N802
-        self.send_json(404, api_error(404, f"Not found: {self.path}"), {})
+        if not self.server.model_server._batch(self, "GET", self.path.split("?")[0], b""):
+            self.send_json(404, api_error(404, f"Not found: {self.path}"), {})
 
     def send_json(self, status: int, body: dict, headers: dict[str, str], cut: bool = False) -> None:
         data = json.dumps(body).encode()

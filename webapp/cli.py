@@ -12,6 +12,7 @@ from sqlalchemy import select
 from webapp.accounts import cli as accounts
 from webapp.audit import cli as audit
 from webapp.ops import cli as ops
+from webapp.runs import cli as runs
 from webapp.runtime import cli as runtime
 from webapp.runtime.extensions import db
 
@@ -20,6 +21,7 @@ def register(app: Flask) -> None:
     accounts.register(app)  # create-user, create-operator, create-token, revoke-token, tenant, policy-change, mcp
     audit.register(app)  # audit verify, audit anchor
     ops.register(app)  # endpoint, ceiling
+    runs.register(app)  # run-batch
     runtime.register(app)  # worker, desk scheduler, desk redis, sweep
     _register_demo(app)  # seed-demo, outbox, audit generate
 

@@ -365,6 +365,9 @@ class Config(_LogSettings):
     token_budget: int = _whole_number("TOKEN_BUDGET", 0)  # tokens per run; 0 means no token budget
     lease_seconds: float = _number_of("seconds", "MOVE_LEASE_SECONDS", 30.0, minimum=1.0)
     sweep_interval_seconds: float = _number_of("seconds", "SWEEP_INTERVAL_SECONDS", 15.0, minimum=0.1)
+    # how often the open Message Batches of batch runs are looked at (and how long a run's requests wait
+    # for the rest of its round before they go in a batch without them)
+    batch_poll_seconds: float = _number_of("seconds", "BATCH_POLL_SECONDS", 30.0, minimum=0.1)
     tool_output_limit: int = _whole_number("TOOL_OUTPUT_LIMIT", 8000, minimum=200)  # characters the model sees
     queue_name: str = _text("QUEUE_NAME", "moves")
     # jobs one worker process runs at once (`flask worker --concurrency` overrides it)

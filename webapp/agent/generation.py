@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webapp.agent import assistant_settings, context, wording
+from webapp.agent import assistant_settings, batches, context, wording
 from webapp.agent.calls import Calls
 from webapp.agent.context import Window
 from webapp.agent.states import ConversationStatus
@@ -100,24 +100,39 @@ class Generation(OnWorkspace):
             request["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
         return request
 
-    def generate(self, request: dict | None = None) -> ModelReply:
+    def generate(self, request: dict | None = None, batch: batches.BatchTurn | None = None) -> ModelReply | None:
         """One model call: appends the assistant message and one tool-call row per tool_use block.
 
         Give it a request from build_request() to make the call without touching the database
-        until the reply is in (the mover does, so no transaction stays open during the call)."""
+        until the reply is in (the mover does, so no transaction stays open during the call).
+        In a batch run (`batch`), the reply is the answer the batch brought; with none yet, the request
+        is stored for the next batch and the conversation parks (returns None)."""
         c = self.conversation
-        deltas = _DeltaBuffer(self.events, c.id)
         request = request or self.build_request()
-        reply = self.model.generate(
-            **request,
-            on_text=deltas.add,
-            on_tool_start=lambda name: deltas.publish({"type": "tool_start", "name": name}),
-            should_stop=self.should_stop,
-        )
-        deltas.flush()
+        if batch is not None:
+            if batch.answer is None:
+                self.workspace.hold()
+                batches.park(self.session, c, self.model.batch_params(request), self.model.endpoint)
+                batch.parked = True
+                return None
+            reply = batches.reply_of(batch.answer)
+        else:
+            deltas = _DeltaBuffer(self.events, c.id)
+            reply = self.model.generate(
+                **request,
+                on_text=deltas.add,
+                on_tool_start=lambda name: deltas.publish({"type": "tool_start", "name": name}),
+                should_stop=self.should_stop,
+            )
+            deltas.flush()
         self.workspace.hold()
         summary = self.workspace.summary()
-        self._record_usage(reply, request, summary_id=summary.id if summary else None)
+        self._record_usage(
+            reply,
+            request,
+            summary_id=summary.id if summary else None,
+            batch_id=batch.answer.batch_id if batch is not None else None,
+        )
         content = reply.content
         if reply.stop_reason == "cancelled":
             if content:
@@ -129,10 +144,13 @@ class Generation(OnWorkspace):
         self._count(reply)
         return reply
 
-    def answer(self, request: dict, rows: list, summary: Summary | None) -> ModelReply | None:
+    def answer(
+        self, request: dict, rows: list, summary: Summary | None, batch: batches.BatchTurn | None = None
+    ) -> ModelReply | None:
         """A generate move's model call on `request` (built from `rows`, after `summary`), after weighing
         it against the context window: past the threshold (or refused as too long by the endpoint) the
-        move summarises older turns instead and returns None; see webapp/agent/context.py."""
+        move summarises older turns instead and returns None; see webapp/agent/context.py. In a batch
+        run the call goes by batch (see generate), and a move that parks for it returns None too."""
         window = self.settings.window
         if window is not None:
             size = context.measure(request, window, self.model.count_tokens)
@@ -141,7 +159,7 @@ class Generation(OnWorkspace):
             if size > window.room:
                 request = self._cleared(request, window, size)
         try:
-            return self.generate(request)
+            return self.generate(request, batch)
         except ModelError as error:
             if error.code != "too_long" or window is None or context.cut_point(rows, window) is None:
                 if error.code == "too_long":
@@ -241,6 +259,7 @@ class Generation(OnWorkspace):
         summary_id: int | None = None,
         endpoint: str | None | object = _SERVING,
         route: str | None = None,
+        batch_id: str | None = None,
     ) -> None:
         """The call's ModelCall row and audit event: its usage, and what it was sent (the hashes of its
         system prompt and tool definitions, the summary it stood on)."""
@@ -255,6 +274,8 @@ class Generation(OnWorkspace):
             "settings_version": self._settings_version if purpose == "answer" else None,
             "route": route or self.route,
         }
+        if batch_id is not None:  # answered by a batch, at half the price
+            sent["batch_id"] = batch_id
         self.workspace.insert(
             ModelCall,
             {

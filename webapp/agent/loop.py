@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from webapp.agent import batches
 from webapp.agent.access import Access
 from webapp.agent.calls import Calls, task_due
 from webapp.agent.generation import Generation
@@ -56,11 +57,12 @@ class Move:
     request: dict | None = None
     rows: list | None = None
     summary: Summary | None = None
+    batch: batches.BatchTurn | None = None  # for generate in a batch run (webapp/agent/batches.py)
 
     @property
     def parks(self) -> bool:
         """Moves that leave the conversation waiting for someone else to wake it."""
-        return self.kind in ("wait", "budget")
+        return self.kind in ("wait", "budget") or (self.batch is not None and self.batch.parked)
 
 
 class Loop(OnWorkspace):
@@ -156,7 +158,9 @@ class Loop(OnWorkspace):
             return Move("done")
         if self.over_budget():
             return Move("budget")
-        return Move("route") if self.generation.routes_first() else Move("generate")
+        # (a batch run is not routed: its moves go by batch, and routing would ask the small model now)
+        routes = self.generation.routes_first() and not batches.is_batched(self.session, c)
+        return Move("route") if routes else Move("generate")
 
     # --- the verbs -----------------------------------------------------------------------------
 
@@ -215,6 +219,8 @@ class Loop(OnWorkspace):
             move.summary = summary
             move.rows = self.workspace.rows(after=summary.through_seq if summary else 0)
             move.request = self.generation.build_request(move.rows)
+            if batches.is_batched(self.session, self.conversation):
+                move.batch = batches.BatchTurn(batches.answer_for(self.session, self.conversation))
 
     def perform(self, move: Move) -> None:
         """Do the move's work; the conversation's status says where it leaves things."""
@@ -254,8 +260,8 @@ class Loop(OnWorkspace):
             self.calls.resume_task(move.call)
             c.status = ConversationStatus.QUEUED
         elif move.kind == "generate":
-            reply = self.generation.answer(move.request, move.rows, move.summary)
-            if reply is None:  # older turns summarised instead (the status says what comes next)
+            reply = self.generation.answer(move.request, move.rows, move.summary, move.batch)
+            if reply is None:  # older turns summarised, or the request parked for a batch (the status says)
                 c.updated_at = utcnow()
                 return
             c.moves_used += 1
@@ -294,4 +300,5 @@ def _busy_reason(status: str) -> str:
         ConversationStatus.RUNNING: "The assistant is still working on the last message; wait or stop it.",
         ConversationStatus.AWAITING_APPROVAL: "A tool call is waiting for a person's decision.",
         ConversationStatus.AWAITING_TASK: "A tool call is still working.",
+        ConversationStatus.AWAITING_BATCH: "The assistant's answer is coming by batch; wait or stop it.",
     }.get(status, "A round of tool calls is still open; extend the budget or stop the conversation first.")

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 _COLUMNS = frozenset(column.key for column in inspect(Conversation).column_attrs)
 WAITING_CALLS = (CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_TASK)
 AWAITING = (ConversationStatus.AWAITING_APPROVAL, ConversationStatus.AWAITING_TASK)
-PARKED = (*AWAITING, ConversationStatus.BUDGET_EXHAUSTED)
+# (a conversation waiting for its batch is woken by the batch's answer alone, never by a decision)
+PARKED = (*AWAITING, ConversationStatus.AWAITING_BATCH, ConversationStatus.BUDGET_EXHAUSTED)
 
 
 # The claim every move starts with, built once (see the statements at the top of workspace.py): an
@@ -94,7 +95,7 @@ class TransientMoveError(Exception):
 class MoveResult:
     """What a job did, and the version to enqueue the next move for (None: nothing to enqueue)."""
 
-    outcome: str  # skipped | lost_lease | a Move kind | failed
+    outcome: str  # skipped | lost_lease | a Move kind | batched (parked for a batch) | failed
     next_version: int | None = None
     tenant_id: int | None = None  # set when the move changed something people may be looking at
     wake_at: datetime | None = None  # a parked conversation's next due task: wake it then
@@ -196,7 +197,8 @@ def _perform(
     status = conversation.status
     session.commit()  # commit 2: the move's result and the lease's release
     next_version = version + 1 if status == ConversationStatus.QUEUED else None
-    return MoveResult(move.kind, next_version, tenant_id, wake_at)
+    outcome = "batched" if move.batch is not None and move.batch.parked else move.kind
+    return MoveResult(outcome, next_version, tenant_id, wake_at)
 
 
 _GUARDED = frozenset({"id", "version", "lease_owner", "lease_expires_at"})

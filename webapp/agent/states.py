@@ -10,6 +10,7 @@ class ConversationStatus(StrEnum):
     RUNNING = "running"  # a worker holds the lease
     AWAITING_APPROVAL = "awaiting_approval"  # a call of the open round waits for a person
     AWAITING_TASK = "awaiting_task"  # a call of the open round waits on a long-running task
+    AWAITING_BATCH = "awaiting_batch"  # a batch run's model move waits for the Message Batches API
     COMPLETED = "completed"
     CANCELLED = "cancelled"
     FAILED = "failed"

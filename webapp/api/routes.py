@@ -61,8 +61,11 @@ from webapp.api.schemas import (
     PostMessage,
     ReportOutcome,
     RevokeToken,
+    RunCreated,
+    RunView,
     SetPolicy,
     StartConversation,
+    StartRun,
     TokenList,
     TokensQuery,
     TokenView,
@@ -87,6 +90,7 @@ from webapp.conversations import actions as conversations
 from webapp.conversations import event_stream
 from webapp.identity import token_state
 from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall, User
+from webapp.runs import actions as runs
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools import external
@@ -243,6 +247,48 @@ def cancel_conversation(conversation_id: int):
     conversation = conversation_or_404(conversation_id)
     conversations.cancel(db.session, g.user, conversation)
     return answer(CancelRequested.of(conversation), 202)
+
+
+@bp.post("/runs")
+@documented(
+    "Start a bulk run",
+    body=StartRun,
+    responses={201: RunCreated},
+    errors={422: "invalid_field: an item is empty or too long, or there are more than 10,000 (each named)."},
+)
+@api_roles("agent")
+def create_run():
+    """Each item becomes a conversation of the caller's, started in the background."""
+    sent = body(StartRun)
+    run = runs.create(
+        db.session, g.user, [item.message for item in sent.items], batch=sent.batch, title=sent.title or ""
+    )
+    return answer(RunCreated(id=run.id), 201)
+
+
+@bp.get("/runs/<int:run_id>")
+@documented("Read a bulk run", responses={200: RunView}, errors={403: "forbidden: the run is another agent's."})
+@api_roles(*ROLES)
+def get_run(run_id: int):
+    run = runs.find(db.session, g.user, run_id)
+    return answer(RunView.of(run, runs.figures(db.session, run)))
+
+
+@bp.post("/runs/<int:run_id>/cancel")
+@documented(
+    "Stop a bulk run",
+    responses={202: RunView},
+    errors={
+        403: "forbidden: only the run's agent, reviewers and admins stop it.",
+        409: "already_cancelled: the run was stopped already.",
+    },
+)
+@api_roles("agent", "reviewer", "admin")
+def cancel_run(run_id: int):
+    """No more of its items start, and each of its conversations still moving or waiting stops."""
+    run = runs.find(db.session, g.user, run_id)
+    runs.cancel(db.session, g.user, run)
+    return answer(RunView.of(run, runs.figures(db.session, run)), 202)
 
 
 @bp.post("/conversations/<int:conversation_id>/retry")

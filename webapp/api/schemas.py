@@ -15,6 +15,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -1574,3 +1575,91 @@ class OpenApiDocument(BaseModel):
     openapi: str
     info: dict[str, Any]
     paths: dict[str, Any]
+
+
+# --- bulk runs (webapp/runs/) ----------------------------------------------------------------------
+
+MAX_RUN_ITEMS = 10_000  # webapp.runs.actions.MAX_ITEMS
+
+
+class RunItemIn(RequestBody):
+    """One item of a run: the first question of a conversation of its own."""
+
+    message: MessageText
+
+
+class StartRun(RequestBody):
+    """A bulk run: each item becomes a conversation owned by the caller. With `batch`, the model moves
+    of its conversations go through the Message Batches API: answers come within the poll interval
+    to hours later, at half the price."""
+
+    items: Annotated[
+        list[RunItemIn],
+        Field(min_length=1, max_length=MAX_RUN_ITEMS, description=f"From 1 to {MAX_RUN_ITEMS:,} items."),
+        Rule(f'must be a list of 1 to {MAX_RUN_ITEMS:,} items, each {{"message": ...}}'),
+    ]
+    batch: Annotated[bool, Field(description="Send the model moves by Message Batch (half price, slower).")] = False
+    title: Annotated[
+        str | None,
+        Field(max_length=200, pattern=NO_NUL, description="A name for the run; left out: its number of items."),
+        Rule("must be text of at most 200 characters"),
+    ] = None
+
+
+class RunCreated(BaseModel):
+    """The run's id (201); its conversations start in the background."""
+
+    id: int
+
+
+class RunCounts(BaseModel):
+    """The run's items by where their conversations are (an item not started yet counts as queued)."""
+
+    queued: int
+    running: int = Field(description="A move in flight, a task working, or an answer awaited from a batch.")
+    awaiting_approval: int
+    completed: int
+    failed: int = Field(description="Failed, or out of budget.")
+    cancelled: int
+
+
+class RunCost(BaseModel):
+    """What the run's model calls cost so far, in USD as decimal strings."""
+
+    usd: str
+    interactive_usd: str = Field(description="What the same calls would have cost made one by one, at list price.")
+    model_calls: int
+    batched_calls: int = Field(description="Model calls answered by a Message Batch.")
+
+
+class RunView(BaseModel):
+    """A bulk run and where its items stand."""
+
+    id: int
+    title: str
+    status: Literal["starting", "running", "completed", "cancelled"]
+    batch: bool
+    items: int
+    counts: RunCounts
+    conversations: list[int] = Field(description="Its conversations' ids, in the order of its items.")
+    cost: RunCost
+    created_at: Timestamp
+
+    @classmethod
+    def of(cls, run: Any, figures: Any) -> RunView:
+        return cls(
+            id=run.id,
+            title=run.title,
+            status=figures.status,
+            batch=run.batch,
+            items=run.items,
+            counts=RunCounts(**figures.counts),
+            conversations=figures.conversation_ids,
+            cost=RunCost(
+                usd=str(figures.cost.quantize(Decimal("0.000001"))),
+                interactive_usd=str(figures.cost_interactive.quantize(Decimal("0.000001"))),
+                model_calls=figures.model_calls,
+                batched_calls=figures.batched_calls,
+            ),
+            created_at=run.created_at,
+        )

@@ -34,6 +34,7 @@ def _price(input_: str, output: str, cache_write: str, cache_read: str) -> Price
     return Price(Decimal(input_), Decimal(output), Decimal(cache_write), Decimal(cache_read))
 
 
+BATCH_SHARE = Decimal("0.5")  # the Message Batches API's price: half the list price, every token kind
 # Anthropic's list prices; cache writes (5-minute) cost 1.25x input, cache reads 0.1x input.
 DEFAULT_PRICES: dict[str, Price] = {
     "opus": _price("5", "25", "6.25", "0.50"),
@@ -70,18 +71,22 @@ class PriceTable:
                     return table[family]
         return None
 
-    def cost(self, usage) -> Decimal:
-        """USD cost of one model call's usage; 0 for a model without a price."""
+    def cost(self, usage, interactive: bool = False) -> Decimal:
+        """USD cost of one model call's usage; 0 for a model without a price. A call answered by a
+        Message Batch (`batch_id` set, or `batch` true in an aggregate) costs BATCH_SHARE of the list
+        price, unless `interactive` asks what it would have cost made on its own."""
         price = self.lookup(_get(usage, "model"))
         if price is None:
             return Decimal(0)
         tokens = {name: _decimal(_get(usage, name)) for name in TOKEN_FIELDS}
-        return (
+        listed = (
             tokens["input_tokens"] * price.input
             + tokens["output_tokens"] * price.output
             + tokens["cache_creation_input_tokens"] * price.cache_write
             + tokens["cache_read_input_tokens"] * price.cache_read
         ) / MILLION
+        batched = _get(usage, "batch_id") is not None or bool(_get(usage, "batch"))
+        return listed * BATCH_SHARE if batched and not interactive else listed
 
 
 def _decimal(value) -> Decimal:
@@ -128,7 +133,7 @@ class Usage:
 
     def add(self, row, prices: PriceTable) -> None:
         """Add an aggregate row: model, model_calls and the four token sums."""
-        usage = {"model": row.model, **{name: row._mapping[name] for name in TOKEN_FIELDS}}
+        usage = {"model": row.model, "batch": row.batch, **{name: row._mapping[name] for name in TOKEN_FIELDS}}
         self.model_calls += _decimal(row.model_calls)
         self.input_tokens += _decimal(usage["input_tokens"])
         self.output_tokens += _decimal(usage["output_tokens"])
@@ -227,6 +232,8 @@ class Dashboard:
     # the endpoint that served each call, and why it did (routing by difficulty), most cost first
     usage_by_endpoint: dict[str, Usage] = field(default_factory=dict)
     usage_by_route: dict[str, Usage] = field(default_factory=dict)
+    # by how the calls were made: "interactive" (streamed one by one) and "batch" (Message Batches, half price)
+    usage_by_mode: dict[str, Usage] = field(default_factory=dict)
     # the conversations that sent the most (id -> (title, usage)), most first
     usage_by_conversation: dict[int, tuple[str, Usage]] = field(default_factory=dict)
     usage_total: Usage = field(default_factory=Usage)
@@ -300,6 +307,7 @@ def _usage(board: Dashboard, query: _Queries, prices: PriceTable) -> None:
     for row in query.run(query.usage(query.day)):
         board.usage_by_day[date.fromisoformat(row.key)].add(row, prices)
         board.usage_total.add(row, prices)
+        board.usage_by_mode.setdefault(BATCH if row.batch else INTERACTIVE, Usage()).add(row, prices)
         by_model[row.model].add(row, prices)
         if prices.lookup(row.model) is None:
             board.unpriced_models.add(str(row.model))
@@ -382,7 +390,14 @@ def _count(bucket: Approvals, row, waited: timedelta | None, edited: bool) -> No
 
 
 # By output column: PostgreSQL cannot tell that two bound copies of an expression are the same one.
-_BY_KEY_AND_MODEL = (literal_column("key"), literal_column("model"))
+# (A model's calls answered by a batch are summed apart from the others: they cost half.)
+_BY_KEY_AND_MODEL = (literal_column("key"), literal_column("model"), literal_column("batch"))
+BATCH, INTERACTIVE = "batch", "interactive"
+
+
+def _BATCHED(event):  # noqa: N802 - reads as the column it is
+    """1 for a model_call event answered by a Message Batch, else 0."""
+    return case((event.data["batch_id"].as_string().is_not(None), 1), else_=0)
 
 
 class _Queries:
@@ -409,7 +424,12 @@ class _Queries:
             return func.coalesce(func.sum(value if share is None else value / share), 0).label(name)
 
         calls = func.count() if share is None else func.sum(1.0 / share)
-        return (event.data["model"].as_string().label("model"), calls.label("model_calls"), *map(total, TOKEN_FIELDS))
+        return (
+            event.data["model"].as_string().label("model"),
+            _BATCHED(event).label("batch"),
+            calls.label("model_calls"),
+            *map(total, TOKEN_FIELDS),
+        )
 
     def usage(self, key, owners: bool = False):
         """Model-call sums by `key` and model."""

@@ -1,4 +1,5 @@
-"""The model client: one anthropic SDK client per process, streaming one reply at a time.
+"""The model client: one anthropic SDK client per process, streaming one reply at a time, or sending
+many requests as one message batch and reading their results when it has ended.
 
 With an API key it talks to the Anthropic API (ANTHROPIC_BASE_URL honoured as the SDK does).
 Without one, the offline demo model answers beneath the SDK through an httpx2 transport, so the
@@ -43,6 +44,28 @@ class ModelReply:
     latency_ms: float = 0.0
 
 
+@dataclass(frozen=True)
+class BatchState:
+    """Where a message batch stands: its processing status ("in_progress", "canceling" or "ended", as
+    the API says) and how many of its requests are processing, succeeded, errored, canceled, expired."""
+
+    status: str
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class BatchItemResult:
+    """One request of an ended batch, matched by its custom_id: a reply as generate() would give it
+    when it succeeded, else a sentence for people saying why there is none. `transient`: it errored
+    in a way worth sending again."""
+
+    custom_id: str
+    outcome: str  # "succeeded" | "errored" | "expired" | "canceled"
+    reply: ModelReply | None
+    error: str | None
+    transient: bool = False
+
+
 # Checked this often while a reply streams: cancellation and lease renewal (seconds).
 CHECK_EVERY = 0.25
 STOP_REASON_CHARS = 32  # as the rows hold it (model_calls, conversations, an audit event's outcome)
@@ -50,6 +73,8 @@ log = logging.getLogger(__name__)
 
 
 class ModelClient:
+    takes_batches = True  # the endpoint is asked through the Messages API, so a batch can carry its requests
+
     def __init__(self, client: anthropic.Anthropic, model: str, max_tokens: int, endpoint: str | None = None) -> None:
         self.client = client
         self.model = model
@@ -152,6 +177,49 @@ class ModelClient:
             _ms(started),
         )
 
+    def batch_params(self, request: dict) -> dict:
+        """The Messages params of one batch request, from a request as generate() takes it (system,
+        messages, tools, tool_choice); not streamed, as a batch never is."""
+        return {"model": self.model, "max_tokens": self.max_tokens, **_without_empty_tools(request)}
+
+    def send_batch(self, items: list[tuple[str, dict]]) -> str:
+        """Send (custom_id, params) pairs as one message batch; its id."""
+        requests = [{"custom_id": custom_id, "params": params} for custom_id, params in items]
+        try:
+            return self.client.messages.batches.create(requests=requests).id
+        except _SDK_ERRORS as exc:
+            raise _batch_error(exc, None) from exc
+
+    def batch_state(self, batch_id: str) -> BatchState:
+        """Where the batch stands now: a poller asks until its status is "ended"."""
+        try:
+            batch = self.client.messages.batches.retrieve(batch_id)
+        except _SDK_ERRORS as exc:
+            raise _batch_error(exc, batch_id) from exc
+        return BatchState(batch.processing_status, batch.request_counts.model_dump())
+
+    def batch_results(self, batch_id: str) -> list[BatchItemResult]:
+        """The results of an ended batch, one per request, in no particular order."""
+        try:
+            lines = self.client.messages.batches.results(batch_id)
+            try:
+                return [_item_result(line) for line in lines]
+            finally:
+                lines.close()
+        except _SDK_ERRORS as exc:
+            raise _batch_error(exc, batch_id) from exc
+        except anthropic.AnthropicError as exc:  # the SDK's own refusal: the batch has no results_url yet
+            raise ModelError(
+                "batch_not_ended", "The batch has not ended yet, so it has no results.", transient=True
+            ) from exc
+
+    def cancel_batch(self, batch_id: str) -> None:
+        """Ask the service to stop the batch: the requests it has not answered end as canceled."""
+        try:
+            self.client.messages.batches.cancel(batch_id)
+        except _SDK_ERRORS as exc:
+            raise _batch_error(exc, batch_id) from exc
+
 
 def _cut() -> ModelError:
     return ModelError("bad_response", "The model service's reply ended half-way.", transient=True)
@@ -182,6 +250,49 @@ def _without_empty_tools(request: dict) -> dict:
 
 
 TRANSIENT_ERROR_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+
+def _batch_error(exc: Exception, batch_id: str | None) -> ModelError:
+    """As model_error, but a 404 from the batch endpoints is about the batch, not the model: the
+    service knows no batch of that id, or (on creating one) offers no message batches at all."""
+    if not isinstance(exc, anthropic.NotFoundError):
+        return model_error(exc)
+    if batch_id is None:
+        return ModelError("batches_unsupported", "The model service does not offer message batches.", transient=False)
+    return ModelError("batch_not_found", f"The model service knows no batch {batch_id}.", transient=False)
+
+
+def _item_result(line: Any) -> BatchItemResult:
+    """One line of a batch's results as a BatchItemResult."""
+    result = line.result
+    if result.type == "succeeded":
+        message = result.message
+        stop_reason = (message.stop_reason or "end_turn")[:STOP_REASON_CHARS]
+        reply = ModelReply(_blocks(message.content), stop_reason, message.model, _usage(message.usage))
+        return BatchItemResult(line.custom_id, "succeeded", reply, None)
+    if result.type == "errored":
+        error = getattr(result.error, "error", None)
+        error_type = getattr(error, "type", None)
+        sentence = _item_error(error_type, str(getattr(error, "message", None) or "no reason given")[:500])
+        return BatchItemResult(line.custom_id, "errored", None, sentence, error_type in TRANSIENT_ERROR_TYPES)
+    return BatchItemResult(line.custom_id, result.type, None, _UNANSWERED[result.type])
+
+
+_UNANSWERED = {
+    "expired": "The batch expired before the model service answered this request (a batch has 24 hours).",
+    "canceled": "The batch was cancelled before this request was answered.",
+}
+
+
+def _item_error(error_type: str | None, detail: str) -> str:
+    """The sentence for an errored batch request, worded as _status_error words the same error."""
+    if error_type in TRANSIENT_ERROR_TYPES:
+        return "The model service failed while answering."
+    if error_type == "not_found_error":
+        return "The model service does not know this model; check ANTHROPIC_MODEL."
+    if "too long" in detail.lower():
+        return f"The request is too long for the model: {detail}"
+    return f"The model service rejected the request: {detail}"
 
 
 class _Watcher:

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from webapp import audit_chain, outbound, sealing
 from webapp.config import Config
-from webapp.llm.client import ModelClient, ModelError, ModelReply
+from webapp.llm.client import BatchItemResult, BatchState, ModelClient, ModelError, ModelReply
 from webapp.llm.react import ReactClient
 from webapp.models import OPERATIONS_SLUG, EndpointGrant, ModelEndpoint, Tenant, User, utcnow
 
@@ -563,6 +563,18 @@ class UnusableEndpointClient(ModelClient):
         raise ModelError("endpoint_unusable", self.problem, transient=False)
 
     def ask(self, system: str, text: str, max_tokens: int) -> ModelReply:
+        raise ModelError("endpoint_unusable", self.problem, transient=False)
+
+    def send_batch(self, items: list[tuple[str, dict]]) -> str:
+        raise ModelError("endpoint_unusable", self.problem, transient=False)
+
+    def batch_state(self, batch_id: str) -> BatchState:
+        raise ModelError("endpoint_unusable", self.problem, transient=False)
+
+    def batch_results(self, batch_id: str) -> list[BatchItemResult]:
+        raise ModelError("endpoint_unusable", self.problem, transient=False)
+
+    def cancel_batch(self, batch_id: str) -> None:
         raise ModelError("endpoint_unusable", self.problem, transient=False)
 
 

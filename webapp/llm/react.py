@@ -47,6 +47,8 @@ NOT_READ = (
 class ReactClient(ModelClient):
     """A ModelClient for models that take tools as text (see the module docstring)."""
 
+    takes_batches = False  # a reply may need a correction turn (generate), which one batch request cannot hold
+
     def generate(
         self,
         *,

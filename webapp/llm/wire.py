@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx2
 
-from webapp.llm import demo_context, demo_model, demo_react, routing
+from webapp.llm import demo_batches, demo_context, demo_model, demo_react, routing
 
 Responder = Callable[[dict], dict]
 
@@ -355,7 +355,8 @@ def _json_pieces(text: str, pieces: int = 4) -> list[str]:
 
 class DemoTransport(httpx2.BaseTransport):
     """An httpx2 transport that answers POST /v1/messages (and /v1/messages/count_tokens) offline, as
-    the real API would, with a context window and a prompt cache of its own."""
+    the real API would, with a context window and a prompt cache of its own; and the Message Batches
+    endpoints, with batches of its own (webapp/llm/demo_batches.py)."""
 
     def __init__(
         self,
@@ -363,20 +364,29 @@ class DemoTransport(httpx2.BaseTransport):
         chunk_delay: float = 0.0,
         reply_seconds: float = 0.0,
         context_tokens: int = 200_000,
+        batch_seconds: float = 2.0,
     ) -> None:
         """`chunk_delay` pauses between streamed events; `reply_seconds` makes each reply take that
         long in all (a JSON reply waits it out, a stream spreads it over its events), as a real
-        model's pace; `context_tokens` is the window past which a request is refused as too long."""
+        model's pace; `context_tokens` is the window past which a request is refused as too long;
+        `batch_seconds` is how long a message batch takes at the least."""
         self.responder = responder
         self.chunk_delay = chunk_delay
         self.reply_seconds = reply_seconds
         self.context_tokens = context_tokens
         self.cache = demo_context.PromptCache()
+        self.batch_store = demo_batches.BatchStore(self._batch_result, batch_seconds)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         raw = request.read()
         headers = {"request-id": request_id(raw)}
         path = request.url.path
+        origin = f"{request.url.scheme}://{request.url.netloc.decode()}"
+        batches = self.batch_store.respond(request.method, path, raw, origin)
+        if batches is not None:
+            return httpx2.Response(
+                batches.status, content=batches.body, headers={**headers, "content-type": batches.content_type}
+            )
         if request.method == "POST" and path.endswith("/v1/messages/count_tokens"):
             body, problems = read_request(raw, counting=True)
             if problems:
@@ -405,6 +415,19 @@ class DemoTransport(httpx2.BaseTransport):
             },
             stream=_EventStream(events, delay),
         )
+
+    def _batch_result(self, params: dict) -> dict:
+        return batch_result(params, self.responder, self.cache, self.context_tokens)
+
+
+def batch_result(params: dict, responder: Responder, cache: demo_context.PromptCache, context_tokens: int) -> dict:
+    """One message batch request's result: the reply /v1/messages would give these params, or, where
+    it would refuse them with a 400, that error, as the Message Batches API reports each request."""
+    problems = validate_request(params)
+    refusal = None if problems else demo_context.too_long(params, context_tokens)
+    if problems or refusal:
+        return {"type": "errored", "error": api_error(400, refusal or "; ".join(problems))}
+    return {"type": "succeeded", "message": demo_reply(params, responder, cache)}
 
 
 def demo_reply(body: dict, responder: Responder, cache: demo_context.PromptCache) -> dict:

@@ -31,6 +31,8 @@ WAKE_JOB = "jobs.moves.wake_for_tasks"
 NOTICE_JOB = "jobs.notify.deliver"
 WEBHOOKS_JOB = "jobs.webhooks.deliver"
 MCP_CHECK_JOB = "jobs.mcp.check_servers"
+BATCH_PUMP_JOB = "jobs.batches.pump"
+RUN_START_JOB = "jobs.runs.start"
 TOOL_WORK_JOB = "jobs.tools.run"  # a tool's background work (Dispatcher.start_work)
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
@@ -178,6 +180,36 @@ class Dispatcher:
             return False
         except (redis.RedisError, OSError) as exc:  # the next sweep tries again
             log.warning("could not enqueue the check of the MCP servers: %s", exc)
+            return False
+        return True
+
+    def enqueue_batch_pump(self, at: datetime | None = None) -> bool:
+        """Enqueue the pump of the batch runs' requests (send, poll, settle: webapp/runtime/work.py), now
+        or at `at`, once per second at most; False if that second's pump is queued already, or Redis is
+        away (the sweep enqueues one while any request is open)."""
+        stamp = math.ceil((at or datetime.now(UTC)).timestamp())
+        job = dict(job_id=f"batch-pump-{stamp}", unique=True, result_ttl=60, job_timeout=600)
+        try:
+            if at is None:
+                self.queue.enqueue(BATCH_PUMP_JOB, **job)
+            else:
+                self.queue.enqueue_at(datetime.fromtimestamp(stamp, UTC), BATCH_PUMP_JOB, **job)
+        except DuplicateJobError:
+            return False
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not enqueue the batch pump: %s", exc)
+            return False
+        return True
+
+    def enqueue_run_start(self, run_id: int) -> bool:
+        """Enqueue the start of a bulk run's items as conversations (webapp/runs/actions.py); False if it
+        is queued already, or Redis is away (the sweep enqueues it for any run with items left)."""
+        try:
+            self.queue.enqueue(RUN_START_JOB, run_id, job_id=f"run-start-{run_id}", unique=True, result_ttl=0)
+        except DuplicateJobError:
+            return False
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not enqueue the start of run %s: %s", run_id, exc)
             return False
         return True
 

@@ -12,14 +12,17 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
 
 from webapp import audit_chain, notify, webhooks
-from webapp.agent import decisions, moves, sweeper
-from webapp.models import Conversation, McpServer, ToolCall, WebhookSubscription, utcnow
+from webapp.agent import batch_pump, decisions, moves, sweeper
+from webapp.agent.batches import CUSTOM_ID
+from webapp.llm.client import ModelError
+from webapp.llm.endpoints import choice_for
+from webapp.models import Conversation, McpServer, Run, ToolCall, WebhookSubscription, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import QueueUnavailable, move_job_id
 from webapp.runtime.services import services
@@ -106,6 +109,8 @@ def _one_move(desk, conversation_id: int, version: int, owner: str, final_attemp
         db.session.remove()
     if result.wake_at is not None:
         desk.dispatcher.schedule_wake(conversation_id, result.wake_at)
+    if result.outcome == "batched":  # parked for a batch: the pump sends it once its run's round is in
+        desk.dispatcher.enqueue_batch_pump()
     if result.tenant_id is not None:
         desk.dispatcher.changed(result.tenant_id, conversation_id, move_done=True)
     return result
@@ -166,6 +171,10 @@ def sweep() -> int:
         # read in the transaction that marks the notices sent: after its commit only the enqueues remain
         channels = notify.channel_ids_by_tenant(db.session, {tenant for _, tenant, _ in notices})
         webhooks_due = webhooks.with_work(db.session, utcnow())
+        batch_work = batch_pump.has_work(db.session)
+        runs_to_start = list(
+            db.session.scalars(select(Run.id).where(Run.started < Run.items, Run.cancelled_at.is_(None)))
+        )
         db.session.commit()
     finally:
         db.session.remove()
@@ -182,7 +191,81 @@ def sweep() -> int:
         log.info("sweeper re-enqueued conversation %s at version %s", cid, version)
     if desk.config.mcp_check_seconds:
         dispatcher.enqueue_mcp_check(int(time.time() // desk.config.mcp_check_seconds))
+    for run_id in runs_to_start:  # (its job takes the run's row first: two at once start nothing twice)
+        dispatcher.enqueue_run_start(run_id)
+    if batch_work:  # (the pump schedules itself while batches are open; this finds one Redis lost)
+        dispatcher.enqueue_batch_pump()
     return len(recovered)
+
+
+def pump_batches() -> str:
+    """The batch runs' requests through the Message Batches API (webapp/agent/batches.py): send those
+    ready, one batch per model client; look at each open batch; settle the answers of those ended and
+    wake their conversations. While any request is open, the next pump is due in BATCH_POLL_SECONDS.
+    No transaction stays open while the service answers."""
+    desk = services()
+    poll = timedelta(seconds=desk.config.batch_poll_seconds)
+    woken: list[batch_pump.Woken] = []
+    sent = settled = 0
+    try:
+        ready = batch_pump.ready_to_send(db.session, utcnow(), poll)
+        db.session.commit()
+        for client, rows in _by_client(desk, ready).items():
+            try:
+                if not client.takes_batches:
+                    raise ModelError("batch_refused", BATCHES_REFUSED, transient=False)
+                batch_id = client.send_batch([(CUSTOM_ID.format(row.id), row.params) for row in rows])
+            except ModelError as error:
+                if error.transient:
+                    log.warning("%s request(s) were not sent; the next pump tries again: %s", len(rows), error)
+                    batch_pump.mark_unsent(db.session, rows)
+                else:
+                    woken += batch_pump.fail(db.session, rows, error, utcnow())
+            else:
+                batch_pump.mark_sent(db.session, rows, batch_id, utcnow())
+                sent += 1
+            db.session.commit()
+        open_batches = batch_pump.open_batches(db.session)
+        for batch_id, tenant_id in open_batches:
+            client = choice_for(db.session, desk.config, tenant_id).client
+            db.session.commit()
+            try:
+                if client.batch_state(batch_id).status != "ended":
+                    continue
+                results = client.batch_results(batch_id)
+            except ModelError as error:
+                if error.transient:
+                    continue
+                woken += batch_pump.fail_batch(db.session, batch_id, error, utcnow())
+            else:
+                woken += batch_pump.settle(db.session, batch_id, results, utcnow())
+                settled += 1
+            db.session.commit()
+        again = batch_pump.has_work(db.session)
+        db.session.commit()
+    finally:
+        db.session.remove()
+    for conversation in woken:
+        _hand_back(desk, conversation.conversation_id, conversation.version)
+        desk.dispatcher.changed(conversation.tenant_id, conversation.conversation_id)
+    if again:
+        desk.dispatcher.enqueue_batch_pump(at=utcnow() + poll)
+    return f"{sent} batch(es) sent, {settled} of {len(open_batches)} open answered, {len(woken)} conversation(s) woken"
+
+
+BATCHES_REFUSED = (
+    "The model endpoint serving this run takes no message batches (it speaks the text protocol); start the run "
+    "again without batch."
+)
+
+
+def _by_client(desk, rows: list) -> dict:
+    """The requests grouped by the model client that serves their tenant: one batch each."""
+    groups: dict = {}
+    for row in rows:
+        client = choice_for(db.session, desk.config, row.tenant_id).client
+        groups.setdefault(client, []).append(row)
+    return groups
 
 
 def check_mcp_servers() -> str:

@@ -1,0 +1,109 @@
+"""A bulk run on the batch path: every model move of its conversations goes through the Message
+Batches API (the tests' stand-in, behind the real SDK over HTTP), tools run between rounds as in any
+conversation, an expired or errored item fails only its own conversation, and the run costs half."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from tests.conftest import desk_app, pushed
+from tests.integration.test_workers import AGENT
+from webapp.llm.demo_batches import ERRORED_HOOK, EXPIRED_HOOK
+from webapp.models import BatchRequest, Conversation, ModelCall, Run
+from webapp.runtime import work
+from webapp.runtime.extensions import db
+from webapp.runtime.services import services
+from webapp.runtime.worker import PromptWorker
+
+LOOKUP = "Show invoices for customer 4471"  # the demo model: lookup_invoices, then an answer (two rounds)
+
+
+@pytest.fixture
+def app(env, clean):
+    with pushed(desk_app({**env, "BATCH_POLL_SECONDS": "0.2"})) as app:
+        yield app
+
+
+def run_jobs() -> None:
+    """Work the move queues empty in this process, as a worker would."""
+    dispatcher = services().dispatcher
+    PromptWorker(dispatcher.move_queues, connection=dispatcher.redis).work(burst=True)
+
+
+def statuses(run_id: int) -> dict[int, str]:
+    db.session.remove()
+    rows = db.session.execute(select(Conversation.id, Conversation.status).where(Conversation.run_id == run_id))
+    return dict(rows.all())
+
+
+def settle_run(run_id: int, rounds: int = 20) -> dict[int, str]:
+    """Jobs and pumps until no conversation of the run moves or waits for its batch."""
+    for _ in range(rounds):
+        run_jobs()
+        now = statuses(run_id)
+        if now and all(status not in ("queued", "running", "awaiting_batch") for status in now.values()):
+            return now
+        work.pump_batches()
+    raise AssertionError(f"the run did not settle: {statuses(run_id)}")
+
+
+def start_run(api, messages: list[str], batch: bool = True) -> int:
+    response = api.as_(AGENT).post("/api/runs", json={"items": [{"message": m} for m in messages], "batch": batch})
+    assert response.status_code == 201, response.json
+    return response.json["id"]
+
+
+def test_a_batch_run_makes_every_model_move_by_batch_and_an_expired_or_errored_item_fails_alone(app, api, model):
+    run_id = start_run(api, [LOOKUP, f"{LOOKUP} {EXPIRED_HOOK}", f"{LOOKUP} {ERRORED_HOOK}", LOOKUP])
+
+    final = settle_run(run_id)
+
+    assert model.requests == []  # nothing went through POST /v1/messages
+    assert sorted(final.values()) == ["completed", "completed", "failed", "failed"]
+    conversations = {c.id: c for c in db.session.scalars(select(Conversation).where(Conversation.run_id == run_id))}
+    failed = {c.title[len(LOOKUP) + 1 :]: c.error_message for c in conversations.values() if c.status == "failed"}
+    assert "expired" in failed[EXPIRED_HOOK] and "24 hours" in failed[EXPIRED_HOOK]
+    assert failed[ERRORED_HOOK] == "The model service failed while answering."
+    # each finished conversation looked the invoices up (a tool run between two rounds) and answered
+    view = api.as_(AGENT).get(f"/api/conversations/{min(conversations)}").json
+    assert [call["name"] for call in view["tool_calls"]] == ["lookup_invoices"]
+    assert view["tool_calls"][0]["status"] == "succeeded"
+    assert view["messages"][-1]["role"] == "assistant"
+    # the rounds were gathered: the first round of all four in one batch, the second of both survivors in one
+    assert [len(body["requests"]) for body in model.batches] == [4, 2]
+    calls = db.session.scalars(select(ModelCall)).all()
+    assert len(calls) == 4 and all(call.batch_id for call in calls)
+
+    run = api.as_(AGENT).get(f"/api/runs/{run_id}").json
+    assert run["status"] == "completed"
+    assert run["counts"] == {
+        "queued": 0, "running": 0, "awaiting_approval": 0, "completed": 2, "failed": 2, "cancelled": 0,
+    }  # fmt: skip
+    assert run["conversations"] == sorted(conversations)
+    assert run["cost"]["batched_calls"] == 4
+
+
+def test_a_stop_while_the_batch_is_out_discards_its_answer_and_the_run_counts_it_cancelled(app, api, model):
+    model.hold_batches()
+    run_id = start_run(api, [LOOKUP, LOOKUP])
+    run_jobs()
+    work.pump_batches()
+    assert set(statuses(run_id).values()) == {"awaiting_batch"}
+    assert db.session.scalars(select(BatchRequest.status)).all() == ["sent", "sent"]
+
+    response = api.as_(AGENT).post(f"/api/runs/{run_id}/cancel")
+    assert response.status_code == 202, response.json
+    run_jobs()
+    assert set(statuses(run_id).values()) == {"cancelled"}
+
+    model.release_batches()
+    work.pump_batches()
+    work.pump_batches()
+    assert set(db.session.scalars(select(BatchRequest.status)).all()) == {"discarded"}
+    assert set(statuses(run_id).values()) == {"cancelled"}  # no move took the answer after the stop
+    run = api.as_(AGENT).get(f"/api/runs/{run_id}").json
+    assert run["status"] == "cancelled" and run["counts"]["cancelled"] == 2
+    again = api.as_(AGENT).post(f"/api/runs/{run_id}/cancel")
+    assert again.status_code == 409 and again.json["error"] == "already_cancelled"
+    assert db.session.get(Run, run_id).cancelled_at is not None

@@ -1,0 +1,307 @@
+"""Bulk runs, shared by the API, the pages and the command line: many items, each the first question
+of a conversation of its own, owned by the person who started the run; with `batch`, their model
+moves go through the Message Batches API at half the price (webapp/agent/batches.py).
+
+A run is stored with its items at once; a job (jobs/runs.py) starts them as conversations,
+START_CHUNK at a time, each chunk one transaction, and their moves go on the moves queue, behind
+the moves that follow a person's act. A run's figures are its conversations' statuses and the model
+calls they made."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from webapp import audit_chain
+from webapp.agent import moves
+from webapp.agent.states import IDLE, ConversationStatus
+from webapp.audit import costs
+from webapp.conversations import actions as conversations
+from webapp.models import Conversation, ModelCall, Run, RunItem, User, utcnow
+from webapp.runtime.queue import QueueUnavailable
+from webapp.runtime.services import services
+from webapp.web.errors import Refused
+from webapp.web.pagination import Page, keyset_page
+
+MAX_ITEMS = 10_000
+START_CHUNK = 200  # conversations started in one transaction
+MAX_FILE_BYTES = 20 * 1024 * 1024
+COUNTS = ("queued", "running", "awaiting_approval", "completed", "failed", "cancelled")
+# a conversation's status as a run counts it (an item not started yet is queued, or cancelled)
+_COUNTED_AS = {
+    ConversationStatus.QUEUED: "queued",
+    ConversationStatus.RUNNING: "running",
+    ConversationStatus.AWAITING_TASK: "running",
+    ConversationStatus.AWAITING_BATCH: "running",
+    ConversationStatus.AWAITING_APPROVAL: "awaiting_approval",
+    ConversationStatus.COMPLETED: "completed",
+    ConversationStatus.FAILED: "failed",
+    ConversationStatus.BUDGET_EXHAUSTED: "failed",
+    ConversationStatus.CANCELLED: "cancelled",
+}
+
+
+def create(session: Session, user: User, messages: list[str], *, batch: bool, title: str = "") -> Run:
+    """A run of these messages (checked one by one, every problem named by item), stored and audited;
+    its conversations start in the background."""
+    if not messages:
+        raise Refused(422, "invalid_field", "A run needs at least one item.")
+    if len(messages) > MAX_ITEMS:
+        raise Refused(422, "invalid_field", f"A run has at most {MAX_ITEMS:,} items; this one has {len(messages):,}.")
+    problems = []
+    for position, text in enumerate(messages, start=1):
+        try:
+            conversations.check_message(text)
+        except Refused as refusal:
+            problems.append(f"item {position}: {refusal.message}")
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise Refused(422, "invalid_field", "Some items cannot run: " + "; ".join(problems[:5]) + more)
+    title = (title or "").strip()[:200] or f"{len(messages):,} item{'s' if len(messages) != 1 else ''}"
+    run = Run(tenant_id=user.tenant_id, user_id=user.id, title=title, batch=batch, items=len(messages), started=0)
+    session.add(run)
+    session.flush()
+    session.execute(
+        insert(RunItem), [{"run_id": run.id, "position": n, "message": text} for n, text in enumerate(messages, 1)]
+    )
+    audit_chain.record(
+        session,
+        "run_started",
+        tenant_id=user.tenant_id,
+        actor=user,
+        data={"run_id": run.id, "items": run.items, "batch": batch, "title": title},
+    )
+    session.commit()
+    _enqueue_start(run.id)
+    return run
+
+
+def _enqueue_start(run_id: int) -> None:
+    services().dispatcher.enqueue_run_start(run_id)  # (Redis away: the sweep enqueues it once it is back)
+
+
+def start_items(session: Session, run_id: int, limit: int = START_CHUNK) -> int:
+    """Start the next `limit` items of the run as conversations, in one transaction, and queue their
+    first moves; returns how many are left. A cancelled run starts nothing more."""
+    desk = services()
+    run = session.get(Run, run_id, with_for_update=True)
+    if run is None or run.cancelled_at is not None:
+        session.rollback()
+        return 0
+    owner = session.get(User, run.user_id)
+    items = session.scalars(
+        select(RunItem)
+        .where(RunItem.run_id == run_id, RunItem.conversation_id.is_(None))
+        .order_by(RunItem.position)
+        .limit(limit)
+    ).all()
+    started = []
+    for item in items:
+        conversation = Conversation(
+            tenant_id=run.tenant_id,
+            user_id=run.user_id,
+            run_id=run.id,
+            status="queued",
+            move_budget=desk.config.move_budget,
+            token_budget=desk.config.token_budget,
+        )
+        session.add(conversation)
+        session.flush()
+        desk.loop(session, conversation).ask_later(item.message)
+        version = moves.start_run(session, conversation)
+        item.conversation_id = conversation.id
+        audit_chain.record(
+            session,
+            "conversation_started",
+            tenant_id=run.tenant_id,
+            actor=owner,
+            conversation_id=conversation.id,
+            data={"message": item.message, "run_id": run.id, "item": item.position},
+        )
+        started.append((conversation.id, version))
+    run.started += len(started)
+    left = run.items - run.started
+    session.commit()
+    for conversation_id, version in started:
+        try:
+            desk.dispatcher.enqueue_move(conversation_id, version)  # behind the moves people wait for
+        except QueueUnavailable:
+            pass  # the sweeper queues it once Redis is back
+    if started:
+        desk.dispatcher.changed(run.tenant_id)
+    return left
+
+
+def start_all(session: Session, run_id: int) -> int:
+    """The run's items started chunk by chunk (a job's work); returns how many conversations started."""
+    total = 0
+    while True:
+        before = session.scalar(select(Run.started).where(Run.id == run_id)) or 0
+        left = start_items(session, run_id)
+        after = session.scalar(select(Run.started).where(Run.id == run_id)) or 0
+        session.commit()
+        total += after - before
+        if left <= 0 or after == before:
+            return total
+
+
+def visible_to(user: User):
+    """The runs this person may see: their own, or their tenant's for supervisors."""
+    condition = Run.tenant_id == user.tenant_id
+    if not any(user.has_role(role) for role in conversations.SUPERVISING):
+        condition = condition & (Run.user_id == user.id)
+    return condition
+
+
+def find(session: Session, user: User, run_id: int) -> Run:
+    run = session.scalar(select(Run).where(Run.id == run_id, Run.tenant_id == user.tenant_id))
+    if run is None:
+        raise Refused(404, "not_found", f"No run {run_id} in your account.")
+    if run.user_id != user.id and not any(user.has_role(role) for role in conversations.SUPERVISING):
+        raise Refused(403, "forbidden", "This run belongs to another agent.")
+    return run
+
+
+def listing(session: Session, user: User, cursor: str | None = None, limit: int = 50) -> Page:
+    """A page of the runs this person may see, newest first."""
+    statement = select(Run).where(visible_to(user))
+    return keyset_page(session, statement, [Run.id], cursor, limit, key_values=lambda run: (run.id,))
+
+
+@dataclass
+class Figures:
+    """Where a run stands: its status, its items counted by where their conversations are, and what
+    its model calls cost (and would have cost made one by one)."""
+
+    status: str  # starting | running | completed | cancelled
+    counts: dict[str, int]
+    conversation_ids: list[int] = field(default_factory=list)
+    model_calls: int = 0
+    batched_calls: int = 0
+    cost: Decimal = Decimal(0)
+    cost_interactive: Decimal = Decimal(0)
+
+    @property
+    def done(self) -> int:
+        return self.counts["completed"] + self.counts["failed"] + self.counts["cancelled"]
+
+
+def figures(session: Session, run: Run, prices: costs.PriceTable | None = None) -> Figures:
+    counts = dict.fromkeys(COUNTS, 0)
+    rows = session.execute(
+        select(Conversation.id, Conversation.status).where(Conversation.run_id == run.id).order_by(Conversation.id)
+    ).all()
+    for _, status in rows:
+        counts[_COUNTED_AS.get(status, "running")] += 1
+    unstarted = run.items - len(rows)
+    counts["cancelled" if run.cancelled_at is not None else "queued"] += unstarted
+    settled = all(status in IDLE for _, status in rows)
+    if run.cancelled_at is not None:
+        status = "cancelled"
+    elif unstarted:
+        status = "starting"
+    else:
+        status = "completed" if settled else "running"
+    result = Figures(status, counts, [cid for cid, _ in rows])
+    prices = prices or price_table()
+    calls = session.execute(
+        select(ModelCall)
+        .join(Conversation, Conversation.id == ModelCall.conversation_id)
+        .where(Conversation.run_id == run.id)
+    ).scalars()
+    for call in calls:
+        result.model_calls += 1
+        result.batched_calls += call.batch_id is not None
+        result.cost += prices.cost(call)
+        result.cost_interactive += prices.cost(call, interactive=True)
+    return result
+
+
+def price_table() -> costs.PriceTable:
+    return costs.PriceTable(overrides=dict(services().config.model_prices))
+
+
+def cancel(session: Session, user: User, run: Run) -> None:
+    """Stop the run: no more items start, and every conversation of it still moving or waiting is
+    asked to stop (its waiting calls settle as cancelled)."""
+    if run.user_id != user.id and not (user.has_role("reviewer") or user.has_role("admin")):
+        raise Refused(403, "forbidden", "Only the run's agent, reviewers and admins may stop it.")
+    run = session.get(Run, run.id, with_for_update=True, populate_existing=True)
+    if run.cancelled_at is not None:
+        raise Refused(409, "already_cancelled", "This run was stopped already.")
+    run.cancelled_at, run.cancelled_by_id = utcnow(), user.id
+    stopping = session.scalars(
+        select(Conversation).where(
+            Conversation.run_id == run.id,
+            Conversation.status.not_in(list(IDLE - {ConversationStatus.BUDGET_EXHAUSTED})),
+            Conversation.cancel_requested_at.is_(None),
+        )
+    ).all()
+    changed = [(conversation, moves.request_cancel(session, conversation, user.id)) for conversation in stopping]
+    audit_chain.record(
+        session,
+        "run_cancelled",
+        tenant_id=run.tenant_id,
+        actor=user,
+        data={"run_id": run.id, "conversations_stopped": len(changed), "items_not_started": run.items - run.started},
+    )
+    session.commit()
+    conversations.after_commit(changed)
+
+
+def read_items(filename: str, data: bytes) -> list[str]:
+    """The messages of an uploaded file: JSON Lines (`{"message": ...}` a line) or CSV (a `message`
+    column, else the first column; a header row is told by that name). Refuses what cannot be read,
+    naming the line."""
+    if len(data) > MAX_FILE_BYTES:
+        raise Refused(422, "invalid_file", f"The file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise Refused(422, "invalid_file", "The file is not UTF-8 text; save it as UTF-8 CSV or JSON Lines.") from None
+    name = (filename or "").lower()
+    if name.endswith((".jsonl", ".ndjson", ".json")) or text.lstrip().startswith("{"):
+        return _json_lines(text)
+    return _csv_rows(text)
+
+
+def _json_lines(text: str) -> list[str]:
+    messages = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            raise Refused(422, "invalid_file", f"Line {number} is not JSON.") from None
+        if not isinstance(item, dict) or set(item) != {"message"} or not isinstance(item["message"], str):
+            raise Refused(
+                422, "invalid_file", f'Line {number} must be an object with one field, "message", holding text.'
+            )
+        messages.append(item["message"])
+    return messages
+
+
+def _csv_rows(text: str) -> list[str]:
+    try:
+        rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
+    except csv.Error as exc:
+        raise Refused(422, "invalid_file", f"The CSV cannot be read: {exc}.") from None
+    if not rows:
+        return []
+    header = [cell.strip().lower() for cell in rows[0]]
+    column = header.index("message") if "message" in header else 0
+    if "message" in header:
+        rows = rows[1:]
+    messages = []
+    for number, row in enumerate(rows, start=2 if "message" in header else 1):
+        if column >= len(row):
+            raise Refused(422, "invalid_file", f"Row {number} has no message column.")
+        messages.append(row[column])
+    return messages
