@@ -52,6 +52,7 @@ COMMANDS = {
     "policy-change list": ("--status", "--tenant"),
     "policy-change reject": ("--reason", "CHANGE_ID"),
     "revoke-token": ("TOKEN",),
+    "run-batch": ("--as", "--batch", "--tenant", "--title", "FILE"),
     "seed-demo": (),
     "sweep": (),
     "tenant set-model": ("--endpoint", "--small-endpoint", "SLUG"),

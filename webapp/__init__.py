@@ -89,6 +89,7 @@ def _register_features(app: Flask) -> None:
     from webapp.ops import health, metrics, policy_changes
     from webapp.ops import mcp_servers as mcp_server_pages
     from webapp.ops import pages as ops
+    from webapp.runs import pages as runs
     from webapp.web import security
 
     app.register_blueprint(api.bp)
@@ -98,6 +99,7 @@ def _register_features(app: Flask) -> None:
         sign_in.bp,
         home.bp,
         conversations.bp,
+        runs.bp,
         live.bp,
         approvals.bp,
         audit.bp,

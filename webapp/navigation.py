@@ -26,6 +26,7 @@ ITEMS = (
         ("agent", "reviewer", "auditor", "admin"),
         "talk with the assistant and follow its tool calls",
     ),
+    NavItem("runs.index", "Runs", ("agent", "reviewer", "auditor", "admin"), "many questions at once, from a file"),
     NavItem(
         "approvals.index",
         "Approvals",

@@ -44,6 +44,13 @@ EXPECTED = {
     "conversations.retry": STEERING,
     "conversations.give_input": STEERING,
     "conversations.extend_budget": {"reviewer", "admin"},
+    "runs.index": EVERYONE,
+    "runs.create": {"agent"},
+    "runs.show": EVERYONE,
+    "runs.cancel": STEERING,
+    "api.create_run": {"agent"},
+    "api.get_run": EVERYONE,
+    "api.cancel_run": STEERING,
     "api.create_conversation": {"agent"},
     "api.post_message": {"agent"},
     "api.get_conversation": EVERYONE,
@@ -166,6 +173,7 @@ def sample(app, api, model):
         "change_id": 2**31 - 1,  # a policy change: 404 for admins, refused for the rest
         "tenant": "acme",  # an MCP server of a tenant on the operators' page
         "webhook_id": 2**31 - 1,  # a webhook: 404 for admins, refused for the rest
+        "run_id": 2**31 - 1,  # a run: 404 for who may see runs, refused for the rest
         "delivery_id": 2**31 - 1,
         "call_id": call.id,  # an outside agent's call: this is the assistant's, so 404 for whoever may ask
     }
@@ -195,6 +203,7 @@ def test_every_route_declares_who_may_use_it_and_the_matrix_knows_it(app):
 # A body each API endpoint takes (webapp/api/schemas.py refuses fields an endpoint does not take).
 API_BODIES = {
     "api.create_conversation": {"message": "hi"},
+    "api.create_run": {"items": [{"message": "hi"}]},
     "api.post_message": {"message": "hi"},
     "api.extend_budget": {"moves": 5},
     "api.decide_approval": {"decision": "reject", "reason": "no"},

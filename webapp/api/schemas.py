@@ -601,6 +601,13 @@ class ApprovalsQuery(QueryParameters):
     max_amount: Annotated[str | None, _inbox_number("max_amount", "Only calls moving at most this many dollars.")] = (
         None
     )
+    run: Annotated[
+        str | None,
+        Field(
+            json_schema_extra=_or_empty({"type": "integer", "minimum": 1, "maximum": inbox_queries.LARGEST_RUN}),
+            description="Only the calls of this bulk run's conversations (its id).",
+        ),
+    ] = None
 
 
 # --- refusing a request -----------------------------------------------------------------------------

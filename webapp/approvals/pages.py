@@ -40,14 +40,17 @@ from webapp.web.security import roles_required
 bp = Blueprint("approvals", __name__, url_prefix="/approvals")
 
 PAGE_SIZE = 50
+GROUPED_PAGE_SIZE = 200  # grouped by tool and policy, or one run's calls: more to decide together
 
 
 @bp.get("")
 @roles_required("reviewer")
 def index():
     filters, problems = InboxFilters.read(request.args)
+    grouped = request.args.get("group") == "1"
+    size = GROUPED_PAGE_SIZE if grouped or filters.run is not None else PAGE_SIZE
     try:
-        page = inbox.pending_page(db.session, current_user, request.args.get("cursor"), PAGE_SIZE, filters)
+        page = inbox.pending_page(db.session, current_user, request.args.get("cursor"), size, filters)
     except BadCursor as exc:
         problems.append(str(exc))
         page = Page([], None)
@@ -58,6 +61,9 @@ def index():
         "approvals/index.html",
         "approvals/_list.html",
         calls=calls,
+        groups=_groups(calls) if grouped else [("", "", calls)],
+        grouped=grouped,
+        seen={call.id: arguments_hash(call.input) for call in calls},
         people=people,
         filters=filters,
         problems=problems,
@@ -69,6 +75,59 @@ def index():
         total=inbox.pending_total(current_user)[1],
         oldest=inbox.oldest_waiting_since(current_user),
     )
+
+
+def _groups(calls: list[ToolCall]) -> list[tuple[str, str, list[ToolCall]]]:
+    """The calls by tool and the policy that flagged them, largest group first (then oldest): each
+    (key, words for people, its calls oldest first)."""
+    groups: dict[str, tuple[str, list[ToolCall]]] = {}
+    for call in calls:
+        policy = call.policy or {}
+        key = f"{call.name}:{policy.get('version')}:{policy.get('rule')}"
+        rule = f"policy v{policy.get('version')}: {policy.get('rule')}" if policy else "no policy recorded"
+        groups.setdefault(key, (f"{call.name} · {rule}", []))[1].append(call)
+    ordered = sorted(groups.items(), key=lambda kv: -len(kv[1][1]))  # (stable: the oldest group first on ties)
+    return [(f"group-{n}", words, members) for n, (_, (words, members)) in enumerate(ordered, start=1)]
+
+
+BULK_MOST = 500  # calls decided in one go
+
+
+@bp.post("/bulk")
+@roles_required("reviewer")
+def decide_many():
+    """Approve or reject the selected calls at once: each through the same decision as its own page,
+    bound to the arguments it was shown with (four-eyes, limits and ceilings per call, each audited on
+    its own); what could not be decided is said, call by call."""
+    form = request.form
+    back = form.get("back", "")
+    back = back if back.startswith(url_for("approvals.index")) else url_for("approvals.index")
+    decision, picked = form.get("decision"), form.getlist("call")
+    if decision not in ("approve", "reject"):
+        flash("Choose Approve selected or Reject selected.", "error")
+    elif not picked:
+        flash("Select the calls to decide first; nothing was decided.", "error")
+    elif len(picked) > BULK_MOST:
+        flash(f"Decide at most {BULK_MOST} calls at once; nothing was decided.", "error")
+    else:
+        done, refused = [], []
+        for value in picked:
+            number, _, seen = value.partition(":")
+            try:
+                if not number.isdigit():
+                    raise Refused(422, "invalid_field", f"“{value[:20]}” names no call.")
+                done.append(
+                    approvals.decide(db.session, current_user, int(number), decision, form.get("reason", ""), seen)
+                )
+            except Refused as exc:
+                db.session.rollback()
+                refused.append(Markup("#{}: ").format(number[:12]) + exc.page_words())
+        if done:
+            verb = "approved" if decision == "approve" else "rejected"
+            flash(f"You {verb} {len(done)} call{'s' if len(done) != 1 else ''}.", "info")
+        if refused:
+            flash(Markup("Not decided: ") + Markup(" ").join(refused), "error")
+    return htmx.go_to(back)
 
 
 @bp.get("/badge")

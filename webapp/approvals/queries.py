@@ -29,16 +29,29 @@ NUMBERS = {
 TOOL_CHARS, EMAIL_CHARS = 128, 254
 
 
+LARGEST_RUN = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class InboxFilters:
     """Which waiting calls to list: of one tool, asked by one person (their e-mail), waiting at least
-    `min_age` minutes, moving from `min_amount` to `max_amount` dollars. Empty: every one."""
+    `min_age` minutes, moving from `min_amount` to `max_amount` dollars, of one bulk run's
+    conversations. Empty: every one."""
 
     tool: str = ""
     requester: str = ""
     min_age: float | None = None
     min_amount: float | None = None
     max_amount: float | None = None
+    run: int | None = None
+
+    @property
+    def active(self) -> int:
+        """How many filters are set."""
+        return sum(
+            value not in ("", None)
+            for value in (self.tool, self.requester, self.min_age, self.min_amount, self.max_amount, self.run)
+        )
 
     @classmethod
     def read(cls, args: Mapping[str, str]) -> tuple[InboxFilters, list[str]]:
@@ -58,7 +71,13 @@ class InboxFilters:
                     problems.append(f"{label} must be a positive number up to {largest:,}; “{raw[:20]}” was ignored.")
         tool = (args.get("tool") or "").strip()[:TOOL_CHARS]
         requester = (args.get("requester") or "").strip().lower()[:EMAIL_CHARS]
-        return cls(tool, requester, **numbers), problems
+        raw_run, run = (args.get("run") or "").strip(), None
+        if raw_run:
+            if raw_run.isdigit() and 0 < int(raw_run) <= LARGEST_RUN:
+                run = int(raw_run)
+            else:
+                problems.append(f"Run must be a run's number; “{raw_run[:20]}” was ignored.")
+        return cls(tool, requester, **numbers, run=run), problems
 
     def narrow(self, query: Select) -> Select:
         """The query of waiting calls, narrowed to these filters."""
@@ -72,6 +91,9 @@ class InboxFilters:
             query = query.where(ToolCall.money_cents >= round(self.min_amount * 100))
         if self.max_amount is not None:
             query = query.where(ToolCall.money_cents <= round(self.max_amount * 100))
+        if self.run is not None:
+            of_run = select(Conversation.id).where(Conversation.run_id == self.run)
+            query = query.where(ToolCall.conversation_id.in_(of_run))
         return query
 
 

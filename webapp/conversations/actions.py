@@ -28,6 +28,7 @@ STATUS_LABELS = {
     "running": "working",
     "awaiting_approval": "waiting for approval",
     "awaiting_task": "waiting on a task",
+    "awaiting_batch": "waiting for its batch",
     "completed": "completed",
     "cancelled": "stopped",
     "failed": "failed",

@@ -106,7 +106,8 @@ def _render_index(status: int = 200, draft: str = "", composer_error: str | None
     """The conversations list; `draft` and `composer_error`: a refused first message, kept in the box
     with the reason beside it."""
     query = (request.args.get("q") or "").strip()[:200]
-    statement = select(Conversation).where(conversations.visible_to(current_user))
+    # (a bulk run's conversations are on its own page: a run of thousands would bury the rest)
+    statement = select(Conversation).where(conversations.visible_to(current_user), Conversation.run_id.is_(None))
     if query:
         statement = statement.where(Conversation.title.icontains(query, autoescape=True))
     problem = None
