@@ -4,9 +4,10 @@ A conversation of a batch run (`runs.batch`) makes its generate move as any othe
 call: there, with no answer waiting for it, the move stores the request (a `batch_requests` row)
 and parks the conversation `awaiting_batch`, guarded as any park (a cancel asked meanwhile re-queues
 it instead). The pump (webapp/agent/batch_pump.py, run by webapp/runtime/work.py `pump_batches`
-every BATCH_POLL_SECONDS and after each such park) sends the waiting requests together, one batch per model client, polls the open batches,
-and settles each answer: the row takes it, and the conversation is woken at the version it parked
-at (compare-and-set), naming the version of the move that takes the answer (`answer_version`).
+every BATCH_POLL_SECONDS and after each such park) sends the waiting requests together, one batch
+per model client, polls the open batches, and settles each answer: the row takes it, and the
+conversation is woken at the version it parked at (compare-and-set), naming the version of the
+move that takes the answer (`answer_version`).
 That move finds the answer in place of the model call and goes on exactly as a generate move does
 (the reply's calls added and flagged, tools run by the workers between rounds), so one answer is
 one move, tools run once, and stop, budgets and cancel hold as for any move. An item the API could
