@@ -254,3 +254,21 @@ def test_an_endpoint_the_desk_cannot_call_fails_its_batches_in_words():
 
 def test_only_clients_of_the_native_protocol_take_batches():
     assert ModelClient.takes_batches and not ReactClient.takes_batches
+
+
+def test_the_demo_models_batches_are_seen_by_every_process_of_the_machine(tmp_path):
+    """The offline demo runs several worker processes: one sends a batch, another looks at it later."""
+
+    def client() -> ModelClient:
+        http = httpx2.Client(transport=DemoTransport(batch_seconds=0, batch_dir=tmp_path))
+        sdk = anthropic.Anthropic(api_key="offline", base_url="http://demo-model.invalid", http_client=http)
+        return ModelClient(sdk, "claude-test", 1024)
+
+    sender, poller = client(), client()  # two processes' clients: nothing in memory is shared
+    batch_id = sender.send_batch([("desk-1", sender.batch_params(QUESTIONS["greeting"]))])
+    assert poller.batch_state(batch_id).status == "in_progress"
+    assert sender.batch_state(batch_id).status == "ended"  # the second look, from either process
+    (result,) = poller.batch_results(batch_id)
+    assert result.custom_id == "desk-1" and result.outcome == "succeeded"
+    with pytest.raises(ModelError):
+        client().batch_state("msgbatch_demo_" + "0" * 24)  # a batch no process sent

@@ -11,24 +11,32 @@ requests answered, each as /v1/messages would answer it (the `answer` function t
 A cancelled batch ends on the next retrieve with all its requests canceled; a held store ends no
 batch unless it was cancelled. Two test hooks, anywhere in a request's messages, choose that
 request's fate: EXPIRED_HOOK and ERRORED_HOOK.
+
+A store given a `directory` keeps each batch in a file there too, so that every process of a machine
+sees the same batches (the offline demo's workers are several processes: the one that sends a batch
+is seldom the one that looks at it later); files older than LIFETIME are removed as new batches come.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
+import tempfile
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, NamedTuple
 
 EXPIRED_HOOK = "[[batch expired]]"  # the request's result is {"type": "expired"}
 ERRORED_HOOK = "[[batch errored]]"  # the request's result is an api_error, as when the service fails on it
 MAX_REQUESTS = 100_000
 LIFETIME = timedelta(hours=24)  # a batch expires this long after its creation
+# where the offline demo's batches are kept for every process of the machine (DemoTransport's default)
+SHARED_DIRECTORY = Path(tempfile.gettempdir()) / "approval-desk-demo-batches"
 JSONL = (
     "application/binary"  # what the API sends results as (the SDK asks for it, and reads the lines whatever the type)
 )
@@ -54,19 +62,30 @@ class _Batch:
     id: str
     requests: list[dict]
     created_at: datetime
-    created: float  # time.monotonic() at creation
     retrieves: int = 0
     cancel_initiated_at: datetime | None = None
     ended_at: datetime | None = None
     results: list[dict] = field(default_factory=list)  # {"custom_id", "result"}, once ended
 
+    def dump(self) -> str:
+        times = ("created_at", "cancel_initiated_at", "ended_at")
+        return json.dumps({k: (v.isoformat() if k in times and v else v) for k, v in asdict(self).items()})
+
+    @classmethod
+    def load(cls, text: str) -> _Batch:
+        values = json.loads(text)
+        for key in ("created_at", "cancel_initiated_at", "ended_at"):
+            values[key] = datetime.fromisoformat(values[key]) if values[key] else None
+        return cls(**values)
+
 
 class BatchStore:
     """The batches of one stand-in, safe to use from several threads."""
 
-    def __init__(self, answer: Answer, batch_seconds: float = 0.0) -> None:
+    def __init__(self, answer: Answer, batch_seconds: float = 0.0, directory: Path | None = None) -> None:
         self.answer = answer
         self.batch_seconds = batch_seconds
+        self.directory = directory
         self._batches: dict[str, _Batch] = {}
         self._bodies: list[dict] = []
         self._held = False
@@ -97,25 +116,58 @@ class BatchStore:
         with self._lock:
             if batch_id is None:
                 return self._create(raw, base) if method == "POST" else _error(404, f"Not found: {path}")
-            batch = self._batches.get(batch_id)
+            batch = self._batch(batch_id)
             if batch is None:
                 return _error(404, f"No message batch with id {batch_id}.")
             if (method, action) == ("GET", None):
-                return self._retrieve(batch, base)
-            if (method, action) == ("GET", "/results"):
+                answer = self._retrieve(batch, base)
+            elif (method, action) == ("GET", "/results"):
                 return _results(batch)
-            if (method, action) == ("POST", "/cancel"):
-                return self._cancel(batch, base)
-            return _error(404, f"Not found: {path}")
+            elif (method, action) == ("POST", "/cancel"):
+                answer = self._cancel(batch, base)
+            else:
+                return _error(404, f"Not found: {path}")
+            self._keep(batch)
+            return answer
+
+    def _batch(self, batch_id: str) -> _Batch | None:
+        """The batch as this store last kept it: in memory, or (with a directory) as any process left it."""
+        if self.directory is None or not _CUSTOM_ID.match(batch_id):
+            return self._batches.get(batch_id)
+        try:
+            return _Batch.load((self.directory / f"{batch_id}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _keep(self, batch: _Batch) -> None:
+        self._batches[batch.id] = batch
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        partial = self.directory / f"{batch.id}.{os.getpid()}.part"
+        partial.write_text(batch.dump())
+        os.replace(partial, self.directory / f"{batch.id}.json")
 
     def _create(self, raw: bytes, base: str) -> Response:
         body, problem = _read_create(raw)
         if problem:
             return _error(400, problem)
-        batch = _Batch("msgbatch_demo_" + secrets.token_hex(12), body["requests"], datetime.now(UTC), time.monotonic())
-        self._batches[batch.id] = batch
+        batch = _Batch("msgbatch_demo_" + secrets.token_hex(12), body["requests"], datetime.now(UTC))
+        self._forget_old()
+        self._keep(batch)
         self._bodies.append(body)
         return _json(200, _batch_json(batch, base))
+
+    def _forget_old(self) -> None:
+        if self.directory is None or not self.directory.is_dir():
+            return
+        past = (datetime.now(UTC) - LIFETIME).timestamp()
+        for path in self.directory.glob("msgbatch_*.json"):
+            try:
+                if path.stat().st_mtime < past:
+                    path.unlink()
+            except OSError:
+                pass
 
     def _retrieve(self, batch: _Batch, base: str) -> Response:
         batch.retrieves += 1
@@ -126,7 +178,7 @@ class BatchStore:
     def _ends_now(self, batch: _Batch) -> bool:
         if batch.cancel_initiated_at is not None:
             return True
-        waited = time.monotonic() - batch.created >= self.batch_seconds
+        waited = (datetime.now(UTC) - batch.created_at).total_seconds() >= self.batch_seconds
         return not self._held and batch.retrieves > 1 and waited
 
     def _end(self, batch: _Batch) -> None:

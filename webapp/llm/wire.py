@@ -12,6 +12,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -365,17 +366,19 @@ class DemoTransport(httpx2.BaseTransport):
         reply_seconds: float = 0.0,
         context_tokens: int = 200_000,
         batch_seconds: float = 2.0,
+        batch_dir: Path | None = demo_batches.SHARED_DIRECTORY,
     ) -> None:
         """`chunk_delay` pauses between streamed events; `reply_seconds` makes each reply take that
         long in all (a JSON reply waits it out, a stream spreads it over its events), as a real
         model's pace; `context_tokens` is the window past which a request is refused as too long;
-        `batch_seconds` is how long a message batch takes at the least."""
+        `batch_seconds` is how long a message batch takes at the least, and its batches are kept in
+        `batch_dir` too, which every process of the machine shares (None: in this process only)."""
         self.responder = responder
         self.chunk_delay = chunk_delay
         self.reply_seconds = reply_seconds
         self.context_tokens = context_tokens
         self.cache = demo_context.PromptCache()
-        self.batch_store = demo_batches.BatchStore(self._batch_result, batch_seconds)
+        self.batch_store = demo_batches.BatchStore(self._batch_result, batch_seconds, batch_dir)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         raw = request.read()
