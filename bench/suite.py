@@ -28,7 +28,10 @@ public schema is DROPPED and recreated, so never point it at data you keep):
    conversation list, the chat page and the audit log through the test client (p50, p95, p99);
 7. waiting: the reviewer's pages (the inbox, the decision page of the oldest and the newest call,
    the API's call and first page) at each size of --waiting-sizes waiting calls in one database,
-   grown from the smallest to the largest, and how much slower the largest is than the smallest.
+   grown from the smallest to the largest, and how much slower the largest is than the smallest;
+8. batch: a bulk run of --batch-items items (half refunds that wait for a reviewer, decided in
+   groups from the inbox) one by one, then by Message Batch, on two pool workers: the model calls
+   by batch and through /v1/messages, the time to settle, and what each cost (bench/batches.py).
 
 Redis: --redis (its database is FLUSHED) or an embedded server. Prints the tables side by side
 per backend (compare within one run: ratios, not absolute figures) and writes JSON and Markdown to
@@ -45,6 +48,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from bench import approvals as approvals_part
+from bench import batches as batches_part
 from bench import data, langgraph_agent
 from bench.common import (
     BACKEND_LABELS,
@@ -68,7 +72,7 @@ from bench.runs import new_conversations, run_conversations, worker_pool
 from bench.worker import KINDS
 from bench.worker import label as class_label
 
-PARTS = ("overhead", "langgraph", "throughput", "inflight", "approvals", "context", "pages", "waiting")
+PARTS = ("overhead", "langgraph", "throughput", "inflight", "approvals", "context", "pages", "waiting", "batch")
 FULL = {
     "overhead_conversations": 100,
     "script_runs": 100,
@@ -88,6 +92,7 @@ FULL = {
     "waiting_sizes": "1000,100000",
     "repeats": 30,
     "context_turns": 30,
+    "batch_items": 200,
 }
 QUICK = {
     **FULL,
@@ -105,6 +110,7 @@ QUICK = {
     "waiting_sizes": "100,2000",
     "repeats": 5,
     "context_turns": 12,
+    "batch_items": 20,
 }
 HELP = {
     "overhead_conversations": "conversations for the per-move figures",
@@ -127,6 +133,7 @@ HELP = {
     "waiting_sizes": "waiting calls for the reviewer's pages, comma-separated, smallest first",
     "repeats": "requests per page",
     "context_turns": "turns of the long chat against a 12,000-token window",
+    "batch_items": "items of the bulk run made by batch and one by one (half refunds, decided in groups)",
 }
 
 
@@ -367,6 +374,10 @@ def run_backend(name: str, args, postgres: str | None, shared: dict) -> dict:
                 f"{label}: the reviewer's pages at {', '.join(f'{n:,}' for n in args.waiting_sizes)} waiting calls"
             )
             result["waiting"] = measure_waiting(app, args.waiting_sizes, args.repeats)
+        if "batch" in args.parts:
+            progress(f"{label}: a run of {args.batch_items} items one by one, then by batch (2 pool workers)")
+            result["batch"] = batches_part.measure_runs(app, env, args.batch_items, 2, args.pool_slots)
+            progress(f"{label}:   by batch / one by one, cost: {result['batch'][1]['cost_over_interactive_run']}")
         dispose(app)
     return result
 
@@ -630,6 +641,23 @@ def tables(report: dict) -> list[Table]:
                 *(cell[str(n)]["p50_ms"] for cell in cells for n in sizes),
                 *(ratio(cell[large]["p50_ms"], cell[small]["p50_ms"]) for cell in cells),
             )
+        out.append(table)
+    if "batch" in first:
+        table = Table(
+            f"A bulk run of {first['batch'][0]['items']} items, one by one and by Message Batch",
+            ["backend", "way", "settled (s)", "completed", "model calls", "by batch", "via /v1/messages",
+             "batches", "decided in groups", "bulk decisions", "input tokens", "cache write", "cache read",
+             "output tokens", "cost (USD)", "at list price (USD)", "by batch / one by one"],
+            labels=2,
+        )  # fmt: skip
+        for b, label in zip(backends, labels, strict=True):
+            for row in results[b]["batch"]:
+                table.add(
+                    label, row["way"], row["settled_s"], row["completed"], row["model_calls"], row["by_batch"],
+                    row["through_messages"], row["batches"], row["decided_in_groups"], row["group_decisions"],
+                    row["input_tokens"], row["cache_write_tokens"], row["cache_read_tokens"], row["output_tokens"],
+                    row["cost_usd"], row["cost_at_list_usd"], row.get("cost_over_interactive_run") or "",
+                )  # fmt: skip
         out.append(table)
     return out
 

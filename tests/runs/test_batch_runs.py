@@ -4,9 +4,15 @@ conversation, an expired or errored item fails only its own conversation, and th
 
 from __future__ import annotations
 
+import re
+from datetime import date
+from decimal import Decimal
+from html import unescape
+
 import pytest
 from sqlalchemy import select
 
+from tests.clients import session_as
 from tests.conftest import desk_app, pushed
 from tests.integration.test_workers import AGENT
 from webapp.llm.demo_batches import ERRORED_HOOK, EXPIRED_HOOK
@@ -107,3 +113,28 @@ def test_a_stop_while_the_batch_is_out_discards_its_answer_and_the_run_counts_it
     again = api.as_(AGENT).post(f"/api/runs/{run_id}/cancel")
     assert again.status_code == 409 and again.json["error"] == "already_cancelled"
     assert db.session.get(Run, run_id).cancelled_at is not None
+
+
+def test_a_batch_call_costs_half_its_list_price_on_the_run_and_the_dashboard_splits_the_ways(app, api, model):
+    batched = start_run(api, [LOOKUP])
+    settle_run(batched)
+    streamed = start_run(api, [LOOKUP], batch=False)
+    settle_run(streamed)
+    assert len(model.requests) == 2  # the streamed run's two model moves, the batch run's none
+
+    run = api.as_(AGENT).get(f"/api/runs/{batched}").json["cost"]
+    assert run["model_calls"] == run["batched_calls"] == 2
+    assert Decimal(run["usd"]) > 0 and Decimal(run["usd"]) * 2 == Decimal(run["interactive_usd"])
+    one_by_one = api.as_(AGENT).get(f"/api/runs/{streamed}").json["cost"]
+    assert one_by_one["batched_calls"] == 0 and one_by_one["usd"] == one_by_one["interactive_usd"]
+
+    today = date.today().isoformat()
+    page = session_as(app, "auditor@acme.test").get(f"/audit/dashboard?start={today}&end={today}")
+    html = unescape(page.get_data(as_text=True))
+    table = re.search(r'<table[^>]*id="usage-by-mode".*?</table>', html, re.S).group(0)
+    rows = dict(re.findall(r'<th scope="row">([^<]+)</th><td>2</td><td>[\d,]+</td><td>\$([\d.]+)</td>', table))
+    shown = Decimal("0.0001")  # the dashboard's precision
+    assert rows == {
+        "by batch (half price)": str(Decimal(run["usd"]).quantize(shown)),
+        "one by one": str(Decimal(one_by_one["usd"]).quantize(shown)),
+    }

@@ -33,7 +33,9 @@ def upload(client, data: bytes, filename: str, **fields):
 
 def test_an_agent_starts_a_run_from_a_file_and_a_bad_file_is_said_with_the_name_kept(app, model):
     agent = session_as(app, "agent@acme.test")
-    bad = upload(agent, b'{"message": "Show invoices for customer 4471"}\n{"text": "oops"}\n', "items.jsonl", title="Q3")
+    bad = upload(
+        agent, b'{"message": "Show invoices for customer 4471"}\n{"text": "oops"}\n', "items.jsonl", title="Q3"
+    )
     assert bad.status_code == 422
     html = unescape(bad.get_data(as_text=True))
     assert 'Line 2 must be an object with one field, "message", holding text. Choose the file again.' in html

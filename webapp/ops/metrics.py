@@ -61,6 +61,7 @@ OPEN_CONVERSATION_STATES = tuple(
         ConversationStatus.RUNNING,
         ConversationStatus.AWAITING_APPROVAL,
         ConversationStatus.AWAITING_TASK,
+        ConversationStatus.AWAITING_BATCH,
         ConversationStatus.FAILED,
         ConversationStatus.BUDGET_EXHAUSTED,
     )
