@@ -37,7 +37,8 @@ def _render_index(status: int = 200, error: str | None = None, title: str = "", 
         page = runs.listing(db.session, current_user, request.args.get("cursor"))
     except BadCursor as exc:
         problem, page = str(exc), Page([], None)
-    shown = [(run, runs.figures(db.session, run, prices=runs.price_table())) for run in page.rows]
+    prices = runs.price_table()
+    shown = [(run, runs.figures(db.session, run, prices, ids=False)) for run in page.rows]
     return htmx.render(
         "runs/index.html",
         "runs/_list.html",
@@ -83,7 +84,7 @@ def _context(run) -> dict:
     ).all()
     return {
         "run": run,
-        "figures": runs.figures(db.session, run),
+        "figures": runs.figures(db.session, run, ids=False),
         "conversations": shown,
         "status_labels": STATUS_LABELS,
         "shown_most": SHOWN_CONVERSATIONS,
