@@ -15,8 +15,10 @@ from sqlalchemy import select
 from tests.clients import session_as
 from tests.conftest import desk_app, pushed
 from tests.integration.test_workers import AGENT
+from webapp.audit import costs
 from webapp.llm.demo_batches import ERRORED_HOOK, EXPIRED_HOOK
 from webapp.models import BatchRequest, Conversation, ModelCall, Run
+from webapp.runs import actions as runs
 from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
@@ -116,25 +118,33 @@ def test_a_stop_while_the_batch_is_out_discards_its_answer_and_the_run_counts_it
 
 
 def test_a_batch_call_costs_half_its_list_price_on_the_run_and_the_dashboard_splits_the_ways(app, api, model):
+    def by_mode() -> dict:  # the dashboard's figures today (the audit log outlives each test's data)
+        today, tenant_id = date.today(), db.session.get(Run, batched).tenant_id
+        db.session.commit()  # (SQLite: the dashboard's own connections need the write lock this one took)
+        board = costs.dashboard(db.engine, tenant_id, today, today, runs.price_table())
+        return {mode: (usage.model_calls, usage.cost) for mode, usage in board.usage_by_mode.items()}
+
     batched = start_run(api, [LOOKUP])
+    before = by_mode()
     settle_run(batched)
     streamed = start_run(api, [LOOKUP], batch=False)
     settle_run(streamed)
     assert len(model.requests) == 2  # the streamed run's two model moves, the batch run's none
 
-    run = api.as_(AGENT).get(f"/api/runs/{batched}").json["cost"]
-    assert run["model_calls"] == run["batched_calls"] == 2
-    assert Decimal(run["usd"]) > 0 and Decimal(run["usd"]) * 2 == Decimal(run["interactive_usd"])
-    one_by_one = api.as_(AGENT).get(f"/api/runs/{streamed}").json["cost"]
-    assert one_by_one["batched_calls"] == 0 and one_by_one["usd"] == one_by_one["interactive_usd"]
+    run = runs.figures(db.session, db.session.get(Run, batched))
+    assert run.model_calls == run.batched_calls == 2
+    assert run.cost > 0 and run.cost * 2 == run.cost_interactive
+    one_by_one = runs.figures(db.session, db.session.get(Run, streamed))
+    assert one_by_one.batched_calls == 0 and one_by_one.cost == one_by_one.cost_interactive
+    shown = api.as_(AGENT).get(f"/api/runs/{batched}").json["cost"]
+    assert Decimal(shown["usd"]) == run.cost.quantize(Decimal("0.000001"))
 
-    today = date.today().isoformat()
-    page = session_as(app, "auditor@acme.test").get(f"/audit/dashboard?start={today}&end={today}")
-    html = unescape(page.get_data(as_text=True))
-    table = re.search(r'<table[^>]*id="usage-by-mode".*?</table>', html, re.S).group(0)
-    rows = dict(re.findall(r'<th scope="row">([^<]+)</th><td>2</td><td>[\d,]+</td><td>\$([\d.]+)</td>', table))
-    shown = Decimal("0.0001")  # the dashboard's precision
-    assert rows == {
-        "by batch (half price)": str(Decimal(run["usd"]).quantize(shown)),
-        "one by one": str(Decimal(one_by_one["usd"]).quantize(shown)),
+    after = by_mode()
+    grew = {
+        mode: (calls - before.get(mode, (0, 0))[0], cost - before.get(mode, (0, 0))[1])
+        for mode, (calls, cost) in after.items()
     }
+    assert grew == {"batch": (2, run.cost), "interactive": (2, one_by_one.cost)}
+    page = session_as(app, "auditor@acme.test").get(f"/audit/dashboard?start={date.today()}&end={date.today()}")
+    table = re.search(r'<table[^>]*id="usage-by-mode".*?</table>', unescape(page.get_data(as_text=True)), re.S)
+    assert re.findall(r'<th scope="row">([^<]+)</th>', table.group(0)) == ["by batch (half price)", "one by one"]

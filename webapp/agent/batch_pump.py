@@ -66,15 +66,27 @@ def ready_to_send(session: Session, now: datetime, gather: timedelta) -> list[Ba
     return [row for row in chosen if row.id in ids]
 
 
-def mark_sent(session: Session, rows: Iterable[BatchRequest], batch_id: str, now: datetime) -> None:
-    for row in rows:
-        row.status, row.batch_id, row.sent_at = SENT, batch_id, now
+def mark_sent(session: Session, ids: list[int], batch_id: str, now: datetime) -> None:
+    """The claimed requests went in this batch."""
+    session.execute(
+        update(BatchRequest)
+        .where(BatchRequest.id.in_(ids), BatchRequest.status == SENDING)
+        .values(status=SENT, batch_id=batch_id, sent_at=now)
+    )
 
 
-def mark_unsent(session: Session, rows: Iterable[BatchRequest]) -> None:
-    """Requests a batch could not take (the service failed): back to waiting, for the next pump."""
-    for row in rows:
-        row.status, row.sent_at = WAITING, None
+def mark_unsent(session: Session, ids: list[int]) -> None:
+    """Requests a batch could not take (the service failed for a moment): back to waiting, for the
+    next pump."""
+    session.execute(
+        update(BatchRequest)
+        .where(BatchRequest.id.in_(ids), BatchRequest.status == SENDING)
+        .values(status=WAITING, sent_at=None)
+    )
+
+
+def rows(session: Session, ids: list[int]) -> list[BatchRequest]:
+    return list(session.scalars(select(BatchRequest).where(BatchRequest.id.in_(ids)).with_for_update()))
 
 
 def open_batches(session: Session) -> list[tuple[str, int]]:

@@ -7,11 +7,11 @@ it instead). The pump (webapp/agent/batch_pump.py, run by webapp/runtime/work.py
 every BATCH_POLL_SECONDS and after each such park) sends the waiting requests together, one batch
 per model client, polls the open batches, and settles each answer: the row takes it, and the
 conversation is woken at the version it parked at (compare-and-set), naming the version of the
-move that takes the answer (`answer_version`).
-That move finds the answer in place of the model call and goes on exactly as a generate move does
-(the reply's calls added and flagged, tools run by the workers between rounds), so one answer is
-one move, tools run once, and stop, budgets and cancel hold as for any move. An item the API could
-not answer (expired, errored, cancelled) fails its conversation with a sentence; a retry asks again.
+move that takes the answer (`answer_version`). That move finds the answer in place of the model
+call and goes on exactly as a generate move does (the reply's calls added and flagged, tools run
+by the workers between rounds), so one answer is one move, tools run once, and stop, budgets and
+cancel hold as for any move. An item the API could not answer (expired, errored, cancelled) fails
+its conversation with a sentence; a retry asks again.
 
 A run's waiting requests are held back while some of its conversations are still moving, for at
 most the poll interval, so that one round of a run goes in one batch rather than in dribs.
@@ -31,14 +31,14 @@ from webapp.agent.states import ConversationStatus
 from webapp.llm.client import ModelError, ModelReply
 from webapp.models import BatchRequest, Conversation, Run
 
-WAITING, SENDING, SENT = "waiting", "sending", "sent"
-ANSWERED = ("succeeded", "errored", "expired", "canceled")
+WAITING, SENDING, SENT = "waiting", "sending", "sent"  # then succeeded, errored, expired or canceled
 DISCARDED = "discarded"  # answered after its conversation moved on (stopped, say): no move takes it
 OPEN = (WAITING, SENDING, SENT)
 # A request claimed for sending by a pump that died before it said what became of it goes back to
 # waiting after this long (sent twice at worst: the first answer settles it, the second is ignored).
 SENDING_FOR = timedelta(minutes=10)
 CUSTOM_ID = "desk-{}"  # a batch item's custom_id: the batch_requests row's id
+UNANSWERED = "The Message Batches API did not answer this request."
 
 
 @dataclass
@@ -94,6 +94,3 @@ def reply_of(row: BatchRequest) -> ModelReply:
         result.get("request_id"),
         0.0,
     )
-
-
-UNANSWERED = "The Message Batches API did not answer this request."

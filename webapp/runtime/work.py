@@ -208,21 +208,22 @@ def pump_batches() -> str:
     woken: list[batch_pump.Woken] = []
     sent = settled = 0
     try:
-        ready = batch_pump.ready_to_send(db.session, utcnow(), poll)
-        db.session.commit()
-        for client, rows in _by_client(desk, ready).items():
+        groups = _by_client(desk, batch_pump.ready_to_send(db.session, utcnow(), poll))
+        db.session.commit()  # (read before: on SQLite a transaction holds the write lock)
+        for client, items in groups.items():
+            ids = [row_id for row_id, _ in items]
             try:
                 if not client.takes_batches:
                     raise ModelError("batch_refused", BATCHES_REFUSED, transient=False)
-                batch_id = client.send_batch([(CUSTOM_ID.format(row.id), row.params) for row in rows])
+                batch_id = client.send_batch([(CUSTOM_ID.format(row_id), params) for row_id, params in items])
             except ModelError as error:
                 if error.transient:
-                    log.warning("%s request(s) were not sent; the next pump tries again: %s", len(rows), error)
-                    batch_pump.mark_unsent(db.session, rows)
+                    log.warning("%s request(s) were not sent; the next pump tries again: %s", len(ids), error)
+                    batch_pump.mark_unsent(db.session, ids)
                 else:
-                    woken += batch_pump.fail(db.session, rows, error, utcnow())
+                    woken += batch_pump.fail(db.session, batch_pump.rows(db.session, ids), error, utcnow())
             else:
-                batch_pump.mark_sent(db.session, rows, batch_id, utcnow())
+                batch_pump.mark_sent(db.session, ids, batch_id, utcnow())
                 sent += 1
             db.session.commit()
         open_batches = batch_pump.open_batches(db.session)
@@ -260,11 +261,12 @@ BATCHES_REFUSED = (
 
 
 def _by_client(desk, rows: list) -> dict:
-    """The requests grouped by the model client that serves their tenant: one batch each."""
+    """The requests, as (id, params), grouped by the model client that serves their tenant: one batch
+    each."""
     groups: dict = {}
     for row in rows:
         client = choice_for(db.session, desk.config, row.tenant_id).client
-        groups.setdefault(client, []).append(row)
+        groups.setdefault(client, []).append((row.id, row.params))
     return groups
 
 
