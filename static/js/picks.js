@@ -1,18 +1,23 @@
 // Deciding several calls at once on the inbox: the calls a reviewer ticks stay ticked across the
 // list's live refreshes (a call decided elsewhere meanwhile simply leaves the list), a group's box
-// ticks every call of the group, and the bulk form says how many are selected.
+// ticks every call of the group, and the bulk form, kept at the foot of the screen, shows once a
+// call is ticked and says how many are.
 (function () {
   var picked = new Set(); // the ticked boxes' values: "<call id>:<hash of the arguments shown>"
 
   function boxes() { return Array.from(document.querySelectorAll('input[name="call"][form="bulk-form"]')); }
 
+  // The bulk form shows once a call is ticked (without this script it always shows).
   function tell() {
     var line = document.getElementById("bulk-count");
     if (!line) return;
     var count = boxes().filter(function (box) { return box.checked; }).length;
     line.textContent = count ? count + (count === 1 ? " call selected." : " calls selected.")
                              : "Select calls to decide several at once.";
+    line.closest("form").classList.toggle("idle", !count);
   }
+
+  document.addEventListener("DOMContentLoaded", tell);
 
   document.addEventListener("change", function (event) {
     var box = event.target;

@@ -39,7 +39,9 @@ def test_an_agents_run_by_batch_is_decided_together_and_the_ticks_survive_a_live
     expect(reviewer.locator("tr.group")).to_contain_text("3 calls")
     reviewer.wait_for_load_state("load")  # picks.js has run
     boxes = reviewer.locator('input[name="call"]')
+    expect(reviewer.locator("#bulk-form")).to_be_hidden()  # until a call is ticked
     boxes.nth(0).check()
+    expect(reviewer.get_by_role("button", name="Approve selected")).to_be_visible()
     boxes.nth(2).check()
     expect(reviewer.locator("#bulk-count")).to_have_text("2 calls selected.")
 

@@ -89,7 +89,9 @@ def test_an_exports_progress_reaches_its_card_live_and_the_finished_file_downloa
     # A part shows while the export works, its bar part-way (which part: whichever the card was drawn
     # in time for; a part lasts 1.5 s, and on a loaded machine a poll of the page can miss one).
     agent.wait_for_function(
-        "window.cardStates.some(s => /\\(\\d of 3\\)\\.$/.test(s.text || '') && s.value > 0 && s.value < 1)",
+        # (a function, compiled once by the driver: an expression is eval'd in the page at each poll,
+        # which the page's CSP refuses once a first look fails on a loaded machine)
+        "() => window.cardStates.some(s => /\\(\\d of 3\\)\\.$/.test(s.text || '') && s.value > 0 && s.value < 1)",
         timeout=20_000,
     )
     expect(agent.locator("#conversation-status")).to_have_text("completed", timeout=30_000)
