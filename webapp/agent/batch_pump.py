@@ -101,6 +101,22 @@ def open_batches(session: Session) -> list[tuple[str, int]]:
     )
 
 
+def abandoned(session: Session, batch_id: str) -> bool:
+    """Whether no conversation waits for this open batch any more (every one was stopped): the batch
+    is worth cancelling, rather than paying for answers no move will take."""
+    waiting = (
+        select(BatchRequest.id)
+        .join(Conversation, Conversation.id == BatchRequest.conversation_id)
+        .where(
+            BatchRequest.batch_id == batch_id,
+            BatchRequest.status == SENT,
+            Conversation.status == ConversationStatus.AWAITING_BATCH,
+            Conversation.version == BatchRequest.version,
+        )
+    )
+    return not session.scalar(select(exists(waiting)))
+
+
 @dataclass(frozen=True)
 class Woken:
     conversation_id: int

@@ -229,9 +229,14 @@ def pump_batches() -> str:
         open_batches = batch_pump.open_batches(db.session)
         for batch_id, tenant_id in open_batches:
             client = choice_for(db.session, desk.config, tenant_id).client
+            abandoned = batch_pump.abandoned(db.session, batch_id)
             db.session.commit()
             try:
-                if client.batch_state(batch_id).status != "ended":
+                status = client.batch_state(batch_id).status
+                if status == "in_progress" and abandoned:  # every conversation of it was stopped
+                    client.cancel_batch(batch_id)
+                    status = client.batch_state(batch_id).status
+                if status != "ended":
                     continue
                 results = client.batch_results(batch_id)
             except ModelError as error:
