@@ -5,6 +5,7 @@ conversation, an expired or errored item fails only its own conversation, and th
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import date
 from decimal import Decimal
 from html import unescape
@@ -17,7 +18,7 @@ from tests.conftest import desk_app, pushed
 from tests.integration.test_workers import AGENT
 from webapp.audit import costs
 from webapp.llm.demo_batches import ERRORED_HOOK, EXPIRED_HOOK
-from webapp.models import BatchRequest, Conversation, ModelCall, Run
+from webapp.models import AuditEvent, BatchRequest, Conversation, ModelCall, Run, User
 from webapp.runs import actions as runs
 from webapp.runtime import work
 from webapp.runtime.extensions import db
@@ -146,3 +147,26 @@ def test_a_batch_call_costs_half_its_list_price_on_the_run_and_the_dashboard_spl
     page = session_as(app, "auditor@acme.test").get(f"/audit/dashboard?start={date.today()}&end={date.today()}")
     table = re.search(r'<table[^>]*id="usage-by-mode".*?</table>', unescape(page.get_data(as_text=True)), re.S)
     assert re.findall(r'<th scope="row">([^<]+)</th>', table.group(0)) == ["by batch (half price)", "one by one"]
+
+
+def test_a_run_whose_agent_is_disabled_before_its_items_start_stops_and_says_why(app, api, model):
+    from webapp.identity import create_user, get_or_create_tenant
+
+    email = f"bulk-{uuid.uuid4().hex[:8]}@acme.test"
+    agent = create_user(db.session, email, "demo-password", ["agent"], get_or_create_tenant(db.session, "acme"))
+    db.session.commit()
+    response = api.as_(email).post("/api/runs", json={"items": [{"message": LOOKUP}] * 3, "batch": True})
+    assert response.status_code == 201, response.json
+    run_id = response.json["id"]
+    db.session.get(User, agent.id).active = False  # (as the users page's disable does, before the job ran)
+    db.session.commit()
+
+    run_jobs()
+
+    assert statuses(run_id) == {}  # nothing started for a disabled agent
+    run = db.session.get(Run, run_id)
+    assert run.cancelled_at is not None
+    reason = db.session.scalar(
+        select(AuditEvent.data).where(AuditEvent.action == "run_cancelled").order_by(AuditEvent.id.desc())
+    )
+    assert reason["reason"] == f"{email}'s account was disabled" and reason["items_not_started"] == 3

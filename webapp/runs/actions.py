@@ -78,23 +78,35 @@ def create(session: Session, user: User, messages: list[str], *, batch: bool, ti
         data={"run_id": run.id, "items": run.items, "batch": batch, "title": title},
     )
     session.commit()
-    _enqueue_start(run.id)
+    services().dispatcher.enqueue_run_start(run.id)  # (Redis away: the sweep enqueues it once it is back)
     return run
-
-
-def _enqueue_start(run_id: int) -> None:
-    services().dispatcher.enqueue_run_start(run_id)  # (Redis away: the sweep enqueues it once it is back)
 
 
 def start_items(session: Session, run_id: int, limit: int = START_CHUNK) -> int:
     """Start the next `limit` items of the run as conversations, in one transaction, and queue their
-    first moves; returns how many are left. A cancelled run starts nothing more."""
+    first moves; returns how many started. A stopped run starts nothing more, nor does a run whose
+    agent was disabled since (it is stopped, and says why)."""
     desk = services()
     run = session.get(Run, run_id, with_for_update=True)
     if run is None or run.cancelled_at is not None:
         session.rollback()
         return 0
     owner = session.get(User, run.user_id)
+    if not owner.active:
+        run.cancelled_at = utcnow()
+        audit_chain.record(
+            session,
+            "run_cancelled",
+            tenant_id=run.tenant_id,
+            actor_label="desk",
+            data={
+                "run_id": run.id,
+                "reason": f"{owner.email}'s account was disabled",
+                "items_not_started": run.items - run.started,
+            },
+        )
+        session.commit()
+        return 0
     items = session.scalars(
         select(RunItem)
         .where(RunItem.run_id == run_id, RunItem.conversation_id.is_(None))
@@ -126,7 +138,6 @@ def start_items(session: Session, run_id: int, limit: int = START_CHUNK) -> int:
         )
         started.append((conversation.id, version))
     run.started += len(started)
-    left = run.items - run.started
     session.commit()
     for conversation_id, version in started:
         try:
@@ -135,20 +146,15 @@ def start_items(session: Session, run_id: int, limit: int = START_CHUNK) -> int:
             pass  # the sweeper queues it once Redis is back
     if started:
         desk.dispatcher.changed(run.tenant_id)
-    return left
+    return len(started)
 
 
 def start_all(session: Session, run_id: int) -> int:
     """The run's items started chunk by chunk (a job's work); returns how many conversations started."""
     total = 0
-    while True:
-        before = session.scalar(select(Run.started).where(Run.id == run_id)) or 0
-        left = start_items(session, run_id)
-        after = session.scalar(select(Run.started).where(Run.id == run_id)) or 0
-        session.commit()
-        total += after - before
-        if left <= 0 or after == before:
-            return total
+    while started := start_items(session, run_id):
+        total += started
+    return total
 
 
 def visible_to(user: User):

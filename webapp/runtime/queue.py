@@ -205,7 +205,9 @@ class Dispatcher:
         """Enqueue the start of a bulk run's items as conversations (webapp/runs/actions.py); False if it
         is queued already, or Redis is away (the sweep enqueues it for any run with items left)."""
         try:
-            self.queue.enqueue(RUN_START_JOB, run_id, job_id=f"run-start-{run_id}", unique=True, result_ttl=0)
+            self.queue.enqueue(
+                RUN_START_JOB, run_id, job_id=f"run-start-{run_id}", unique=True, result_ttl=0, job_timeout=3600
+            )
         except DuplicateJobError:
             return False
         except (redis.RedisError, OSError) as exc:
