@@ -11,7 +11,7 @@ from decimal import Decimal
 from html import unescape
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from tests.clients import session_as
 from tests.conftest import desk_app, pushed
@@ -29,8 +29,9 @@ LOOKUP = "Show invoices for customer 4471"  # the demo model: lookup_invoices, t
 
 
 @pytest.fixture
-def app(env, clean):
-    with pushed(desk_app({**env, "BATCH_POLL_SECONDS": "0.2"})) as app:
+def app(env, clean, request):
+    """The app, with the settings a test asks for (indirect parametrisation)."""
+    with pushed(desk_app({**env, "BATCH_POLL_SECONDS": "0.2", **getattr(request, "param", {})})) as app:
         yield app
 
 
@@ -170,3 +171,14 @@ def test_a_run_whose_agent_is_disabled_before_its_items_start_stops_and_says_why
         select(AuditEvent.data).where(AuditEvent.action == "run_cancelled").order_by(AuditEvent.id.desc())
     )
     assert reason["reason"] == f"{email}'s account was disabled" and reason["items_not_started"] == 3
+
+
+@pytest.mark.parametrize("app", [{"MOVE_BUDGET": "2"}], indirect=True)
+def test_a_batch_answer_is_one_move_of_the_budget_and_a_run_out_of_budget_waits_for_a_person(app, api, model):
+    run_id = start_run(api, [LOOKUP])
+    assert set(settle_run(run_id).values()) == {"budget_exhausted"}  # the answer asking the tool, then the tool
+    conversation = db.session.scalar(select(Conversation).where(Conversation.run_id == run_id))
+    assert conversation.moves_used == 2
+    assert [len(body["requests"]) for body in model.batches] == [1]  # the park made no move of the budget
+    assert db.session.scalar(select(func.count(ModelCall.id))) == 1
+    assert api.as_(AGENT).get(f"/api/runs/{run_id}").json["counts"]["failed"] == 1
