@@ -149,6 +149,11 @@ def test_selecting_nothing_or_no_decision_decides_nothing_and_says_what_to_do(ap
     assert "Choose Approve selected or Reject selected." in unescape(
         reviewer.get(no_decision.location).get_data(as_text=True)
     )
+    odd = reviewer.post(
+        "/approvals/bulk", data={"csrf_token": token, "call": ["99999999999:ab", "x:1"], "decision": "approve"}
+    )
+    said = unescape(reviewer.get(odd.location).get_data(as_text=True))
+    assert "#99999999999: “99999999999:ab” names no call." in said and "#x: “x:1” names no call." in said
     no_reason = reviewer.post("/approvals/bulk", data={"csrf_token": token, "call": pick, "decision": "reject"})
     assert "Say why you reject this call" in unescape(reviewer.get(no_reason.location).get_data(as_text=True))
     db.session.remove()

@@ -604,7 +604,7 @@ class ApprovalsQuery(QueryParameters):
     run: Annotated[
         str | None,
         Field(
-            json_schema_extra=_or_empty({"type": "integer", "minimum": 1, "maximum": inbox_queries.LARGEST_RUN}),
+            json_schema_extra=_or_empty({"type": "integer", "minimum": 1, "maximum": inbox_queries.LARGEST_ID}),
             description="Only the calls of this bulk run's conversations (its id).",
         ),
     ] = None

@@ -114,7 +114,7 @@ def decide_many():
         for value in picked:
             number, _, seen = value.partition(":")
             try:
-                if not number.isdigit():
+                if not (number.isdigit() and int(number) <= inbox.LARGEST_ID):  # (ids are 32-bit)
                     raise Refused(422, "invalid_field", f"“{value[:20]}” names no call.")
                 done.append(
                     approvals.decide(db.session, current_user, int(number), decision, form.get("reason", ""), seen)

@@ -29,7 +29,7 @@ NUMBERS = {
 TOOL_CHARS, EMAIL_CHARS = 128, 254
 
 
-LARGEST_RUN = 2**31 - 1
+LARGEST_ID = 2**31 - 1  # the largest id a row has (32-bit)
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class InboxFilters:
         requester = (args.get("requester") or "").strip().lower()[:EMAIL_CHARS]
         raw_run, run = (args.get("run") or "").strip(), None
         if raw_run:
-            if raw_run.isdigit() and 0 < int(raw_run) <= LARGEST_RUN:
+            if raw_run.isdigit() and 0 < int(raw_run) <= LARGEST_ID:
                 run = int(raw_run)
             else:
                 problems.append(f"Run must be a run's number; “{raw_run[:20]}” was ignored.")
