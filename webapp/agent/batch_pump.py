@@ -4,7 +4,8 @@ what became of each sent batch, and the conversations woken for the answers. The
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -64,6 +65,29 @@ def ready_to_send(session: Session, now: datetime, gather: timedelta) -> list[Ba
     ).scalars()
     ids = set(claimed)
     return [row for row in chosen if row.id in ids]
+
+
+# The Message Batches API takes at most 100,000 requests and 256 MB in one batch: the pump's batches
+# stay well inside both.
+MOST_REQUESTS = 10_000
+MOST_BYTES = 200 * 1024 * 1024
+
+
+def in_batches(
+    items: list[tuple[int, dict]], most_requests: int = MOST_REQUESTS, most_bytes: int = MOST_BYTES
+) -> Iterator[list[tuple[int, dict]]]:
+    """(id, params) items cut into batches the API takes, in order."""
+    batch: list[tuple[int, dict]] = []
+    size = 0
+    for item in items:
+        weight = len(json.dumps(item[1]))
+        if batch and (len(batch) >= most_requests or size + weight > most_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += weight
+    if batch:
+        yield batch
 
 
 def mark_sent(session: Session, ids: list[int], batch_id: str, now: datetime) -> None:

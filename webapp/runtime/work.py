@@ -208,9 +208,9 @@ def pump_batches() -> str:
     woken: list[batch_pump.Woken] = []
     sent = settled = 0
     try:
-        groups = _by_client(desk, batch_pump.ready_to_send(db.session, utcnow(), poll))
+        batches = _batches(desk, batch_pump.ready_to_send(db.session, utcnow(), poll))
         db.session.commit()  # (read before: on SQLite a transaction holds the write lock)
-        for client, items in groups.items():
+        for client, items in batches:
             ids = [row_id for row_id, _ in items]
             try:
                 if not client.takes_batches:
@@ -265,14 +265,14 @@ BATCHES_REFUSED = (
 )
 
 
-def _by_client(desk, rows: list) -> dict:
-    """The requests, as (id, params), grouped by the model client that serves their tenant: one batch
-    each."""
+def _batches(desk, rows: list) -> list[tuple]:
+    """The requests as the batches they go in: (the model client that serves their tenant, its
+    (id, params) items), one batch per client unless the API's limits cut it."""
     groups: dict = {}
     for row in rows:
         client = choice_for(db.session, desk.config, row.tenant_id).client
         groups.setdefault(client, []).append((row.id, row.params))
-    return groups
+    return [(client, batch) for client, items in groups.items() for batch in batch_pump.in_batches(items)]
 
 
 def check_mcp_servers() -> str:
