@@ -159,3 +159,21 @@ def test_selecting_nothing_or_no_decision_decides_nothing_and_says_what_to_do(ap
     db.session.remove()
     assert set(statuses(run_id).values()) == {"awaiting_approval"}
     assert db.session.scalar(select(Conversation.status)) == "awaiting_approval"
+
+
+def test_a_run_of_ten_thousand_items_is_taken_whole_by_the_api_and_the_page(app, api, model):
+    """Far past the 64 KB every other request may carry: a bulk run's body is its items."""
+    items = [{"message": f"Show invoices for customer {4400 + n % 100}, ticket {n}"} for n in range(10_000)]
+    created = api.as_("agent@acme.test").post("/api/runs", json={"items": items})
+    assert created.status_code == 201, created.json
+    run = db.session.get(Run, created.json["id"])
+    assert run.items == 10_000 and not run.batch
+    too_many = api.as_("agent@acme.test").post("/api/runs", json={"items": [*items, {"message": "one more"}]})
+    assert too_many.status_code == 422 and "10,000" in too_many.json["message"]
+
+    lines = "".join(f'{{"message": "Show invoices for customer 4471, ticket {n}"}}\n' for n in range(10_000))
+    uploaded = upload(session_as(app, "agent@acme.test"), lines.encode(), "tickets.jsonl")
+    assert uploaded.status_code == 303
+    assert db.session.scalar(select(func.max(Run.items))) == 10_000
+    elsewhere = api.as_("agent@acme.test").post("/api/conversations", json={"message": "x" * 70_000})
+    assert elsewhere.status_code == 413  # the other routes keep their limit

@@ -96,7 +96,7 @@ from webapp.runtime.services import services
 from webapp.tools import external
 from webapp.web.errors import Refused, json_error
 from webapp.web.pagination import BadCursor, Page
-from webapp.web.security import api_roles, public
+from webapp.web.security import api_roles, public, takes_up_to
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 OTHER_AGENTS = "forbidden: the conversation is another agent's."
@@ -250,6 +250,7 @@ def cancel_conversation(conversation_id: int):
 
 
 @bp.post("/runs")
+@takes_up_to(runs.MAX_FILE_BYTES)
 @documented(
     "Start a bulk run",
     body=StartRun,

@@ -31,7 +31,7 @@ from webapp.web.pagination import Page, keyset_page
 
 MAX_ITEMS = 10_000
 START_CHUNK = 200  # conversations started in one transaction
-MAX_FILE_BYTES = 20 * 1024 * 1024
+MAX_FILE_BYTES = 20 * 1024 * 1024  # a run's file, or its items sent to the API
 COUNTS = ("queued", "running", "awaiting_approval", "completed", "failed", "cancelled")
 # a conversation's status as a run counts it (an item not started yet is queued, or cancelled)
 _COUNTED_AS = {

@@ -15,7 +15,7 @@ from webapp.runtime.extensions import db
 from webapp.web import htmx
 from webapp.web.errors import Refused
 from webapp.web.pagination import BadCursor, Page
-from webapp.web.security import roles_required
+from webapp.web.security import roles_required, takes_up_to
 
 bp = Blueprint("runs", __name__, url_prefix="/runs")
 
@@ -53,6 +53,7 @@ def _render_index(status: int = 200, error: str | None = None, title: str = "", 
 
 
 @bp.post("")
+@takes_up_to(runs.MAX_FILE_BYTES + 64 * 1024)  # the file, and the form's other fields
 @roles_required("agent")
 def create():
     form = request.form

@@ -104,6 +104,24 @@ def is_background_request() -> bool:
     return request.method == "GET" and (bool(request.htmx) or "text/event-stream" in request.headers.get("Accept", ""))
 
 
+def takes_up_to(size: int):
+    """A view that takes a larger body than MAX_CONTENT_LENGTH (64 KB): a bulk run's items, a file of
+    them. Anything larger is still a 413."""
+
+    def mark(view):
+        view.takes_up_to = size
+        return view
+
+    return mark
+
+
+def _body_limit() -> None:
+    view = current_app.view_functions.get(request.endpoint or "")
+    size = getattr(view, "takes_up_to", None)
+    if size is not None:
+        request.max_content_length = size
+
+
 def init_app(app: Flask, config: Config) -> None:
     """Wire sign-in, CSRF, rate limits and security headers into the app."""
     app.config.update(
@@ -123,6 +141,7 @@ def init_app(app: Flask, config: Config) -> None:
     login_manager.login_view = "auth.login"
     login_manager.login_message = "Sign in to continue."
     login_manager.login_message_category = "info"
+    app.before_request(_body_limit)  # before CSRF reads a form
     app.before_request(_load_signed_in_person)
     csrf.init_app(app)
     limiter.init_app(app)
