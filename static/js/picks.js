@@ -35,6 +35,11 @@
     tell();
   });
 
+  // after deciding, back to the inbox as it is filtered now (the filters change the address in place)
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (event.detail.elt.id === "bulk-form") event.detail.parameters.back = location.pathname + location.search;
+  });
+
   document.addEventListener("htmx:afterSwap", function () {
     var present = new Set();
     boxes().forEach(function (box) {

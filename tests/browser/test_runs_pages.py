@@ -38,6 +38,9 @@ def test_an_agents_run_by_batch_is_decided_together_and_the_ticks_survive_a_live
     expect(reviewer.locator("tr.group")).to_contain_text("issue_refund · policy v0")
     expect(reviewer.locator("tr.group")).to_contain_text("3 calls")
     reviewer.wait_for_load_state("load")  # picks.js has run
+    reviewer.get_by_label("Amount from ($)").fill("10")  # a filter changed in place: the address follows
+    reviewer.get_by_label("Amount from ($)").press("Tab")
+    expect(reviewer).to_have_url(re.compile(r"min_amount=10"))
     boxes = reviewer.locator('input[name="call"]')
     expect(reviewer.locator("#bulk-form")).to_be_hidden()  # until a call is ticked
     boxes.nth(0).check()
@@ -56,6 +59,7 @@ def test_an_agents_run_by_batch_is_decided_together_and_the_ticks_survive_a_live
     boxes.nth(1).uncheck()
     reviewer.get_by_role("button", name="Approve selected").click()
     expect(reviewer.locator(".flash").first).to_contain_text("You approved 2 calls.")
+    expect(reviewer).to_have_url(re.compile(rf"/approvals\?.*min_amount=10.*run={run_id}"))  # as it was filtered
     expect(reviewer.locator('input[name="call"]')).to_have_count(1)
 
     # the approved refunds run, and their conversations answer by batch; the third still waits
