@@ -59,6 +59,11 @@ def create_user(
     return _add_user(session, email, password, sorted(set(roles), key=ROLES.index), tenant, display_name)
 
 
+def tenant_of(session: Session, slug: str) -> Tenant | None:
+    """A tenant that owns data (never the operators' own), by its slug."""
+    return session.scalar(select(Tenant).where(Tenant.slug == slug.strip(), Tenant.slug != OPERATIONS_SLUG))
+
+
 def operations_tenant(session: Session) -> Tenant:
     """The tenant operators belong to: it owns no data (no conversation, customer or policy is ever
     made in it, since its people hold no tenant role) and no tenant role can be given in it."""

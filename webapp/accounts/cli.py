@@ -10,7 +10,7 @@ from flask import Flask
 from flask.cli import AppGroup
 from sqlalchemy import select
 
-from webapp import audit_chain
+from webapp import audit_chain, identity
 from webapp.accounts import actions as account_actions
 from webapp.accounts import mcp_actions, policy_actions
 from webapp.identity import (
@@ -275,7 +275,7 @@ def _register_mcp(app: Flask) -> None:
     group = AppGroup("mcp", help="MCP servers whose tools join a tenant's assistant, behind the approval gate.")
 
     def tenant_of(slug: str) -> Tenant:
-        tenant = db.session.scalar(select(Tenant).where(Tenant.slug == slug.strip(), Tenant.slug != OPERATIONS_SLUG))
+        tenant = identity.tenant_of(db.session, slug)
         if tenant is None:
             raise click.UsageError(f"There is no tenant {slug.strip()!r}; `flask mcp list` shows the tenants' servers.")
         return tenant

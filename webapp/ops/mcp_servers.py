@@ -11,6 +11,7 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy import select
 
+from webapp import identity
 from webapp.accounts import mcp_actions
 from webapp.models import OPERATIONS_SLUG, OPERATOR, McpServer, Tenant
 from webapp.runtime.extensions import db
@@ -92,7 +93,7 @@ def remove(tenant: str, name: str):
 
 def _tenant(slug: str) -> Tenant | None:
     """A tenant that owns data (never the operators' own), by its slug."""
-    return db.session.scalar(select(Tenant).where(Tenant.slug == slug.strip(), Tenant.slug != OPERATIONS_SLUG))
+    return identity.tenant_of(db.session, slug)
 
 
 def _page(error: str | None = None, typed=None) -> str:

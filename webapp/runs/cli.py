@@ -9,8 +9,8 @@ import click
 from flask import Flask
 from sqlalchemy import select
 
-from webapp.identity import OPERATIONS_SLUG
-from webapp.models import Tenant, User
+from webapp import identity
+from webapp.models import User
 from webapp.runs import actions
 from webapp.runtime.extensions import db
 from webapp.web.errors import Refused
@@ -31,7 +31,7 @@ def register(app: Flask) -> None:
     def run_batch_command(file: Path, slug: str, email: str, batch: bool, title: str) -> None:
         """Start a bulk run of FILE's items (CSV with a `message` column, or JSON Lines of {"message": ...}):
         each becomes a conversation of the agent's."""
-        tenant = db.session.scalar(select(Tenant).where(Tenant.slug == slug.strip(), Tenant.slug != OPERATIONS_SLUG))
+        tenant = identity.tenant_of(db.session, slug)
         if tenant is None:
             raise click.UsageError(f"There is no tenant {slug.strip()!r}.")
         user = db.session.scalar(
