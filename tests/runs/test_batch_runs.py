@@ -182,3 +182,32 @@ def test_a_batch_answer_is_one_move_of_the_budget_and_a_run_out_of_budget_waits_
     assert [len(body["requests"]) for body in model.batches] == [1]  # the park made no move of the budget
     assert db.session.scalar(select(func.count(ModelCall.id))) == 1
     assert api.as_(AGENT).get(f"/api/runs/{run_id}").json["counts"]["failed"] == 1
+
+
+def test_a_stop_landing_while_a_move_parks_for_its_batch_requeues_it_and_stores_no_request(app, api, model, engine):
+    """The park is guarded as any park: a stop asked between the move's look and its commit is honoured
+    by the next move, and the request it would have stored for the batch is never sent."""
+    from sqlalchemy.orm import Session
+
+    from webapp.agent import moves
+    from webapp.agent.loop import Loop
+
+    run_id = start_run(api, [LOOKUP])
+    original_perform = Loop.perform
+
+    def perform_with_a_stop_meanwhile(self, move):
+        with Session(engine) as other:  # a person presses Stop in another process
+            moves.request_cancel(other, other.get(Conversation, self.conversation.id), None)
+            other.commit()
+        original_perform(self, move)
+
+    Loop.perform = perform_with_a_stop_meanwhile
+    try:
+        run_jobs()  # the start job, then the move that would park: re-queued instead
+    finally:
+        Loop.perform = original_perform
+    run_jobs()
+    assert set(statuses(run_id).values()) == {"cancelled"}
+    assert db.session.scalar(select(func.count(BatchRequest.id))) == 0
+    work.pump_batches()
+    assert model.batches == [] and model.requests == []
