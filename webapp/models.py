@@ -152,6 +152,8 @@ OPERATIONS_SLUG = "~operations"
 # The largest id a row can have: the tables' ids are INTEGER, 32-bit on PostgreSQL, which refuses to
 # compare a larger number with them at all; so a larger id names nothing, and is never sent to it.
 MAX_ROW_ID = 2**31 - 1
+# The most money one call may move, in minor units (cents): every door refuses more (agent/gate.py).
+MAX_MONEY_CENTS = 10**12
 
 
 class User(Base):
@@ -193,6 +195,46 @@ class User(Base):
     @property
     def label(self) -> str:
         return self.display_name or self.email
+
+
+class UserKeying(Base):
+    """Someone set another person's credentials or gave them a role (made the account, reset its
+    password, issued it a token, granted it the admin role): the person keyed may hold what the one
+    who keyed it knows, so an admin keyed by someone never decides that someone's loosenings."""
+
+    __tablename__ = "user_keyings"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    by_user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))  # created | password_reset | token_issued | role_granted
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class RoleChange(Base):
+    """The admin role asked for a person (granted, on a new account, or given back after their
+    credentials were reset by someone else): not in force until a second admin of the tenant who was
+    not keyed by the requester, or an operator, approves it."""
+
+    __tablename__ = "role_changes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    role: Mapped[str] = mapped_column(String(32), default="admin")
+    why: Mapped[str] = mapped_column(String(32))  # granted | created | password_reset | token_issued
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|approved|rejected|withdrawn
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    decided_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    decided_by_label: Mapped[str | None] = mapped_column(String(255))
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+    user: Mapped[User] = relationship(foreign_keys=[user_id])
+    requested_by: Mapped[User | None] = relationship(foreign_keys=[requested_by_id])
+    decided_by: Mapped[User | None] = relationship(foreign_keys=[decided_by_id])
 
 
 class ApiToken(Base):
@@ -379,8 +421,11 @@ class ToolCall(Base):
     acting_user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     # the money it moves and what it acts on ("customer:4471"), as its tool says (Tool.amount,
     # Tool.subject), for above-amount rules and the limits per subject
-    money_cents: Mapped[int | None] = mapped_column(Integer)
+    money_cents: Mapped[int | None] = mapped_column(BigInteger)  # non-negative whole cents, at most MAX_MONEY_CENTS
     subject: Mapped[str | None] = mapped_column(String(200))
+    # The reviewer whose edit widened the call (a higher amount, another subject, an argument added):
+    # they count as the one who asked, so their approval does not count and another reviewer's must.
+    widened_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     requires_approval: Mapped[bool] = mapped_column(Boolean, default=False)
     approvals_required: Mapped[int] = mapped_column(Integer, default=0)
     policy: Mapped[dict | None] = mapped_column(JSONType)  # the policy (with its version) that flagged it
@@ -587,6 +632,21 @@ class McpServer(Base):
     __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_mcp_servers_tenant_name"),)
 
 
+class SecretGrant(Base):
+    """An environment variable the operator lets one tenant's admins name (an MCP server's header or
+    environment, `$NAME`): a tenant admin can name only the secrets granted to their tenant."""
+
+    __tablename__ = "secret_grants"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    granted_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("name", "tenant_id", name="uq_secret_grants_name_tenant"),)
+
+
 class McpTool(Base):
     """One tool of an MCP server, as it joins its tenant's registry under `registry_name`. The
     description, input schema and annotations an admin accepted are what the model is offered; the
@@ -655,6 +715,7 @@ class ExternalCall(Base):
 
     tool_call_id: Mapped[int] = mapped_column(ForeignKey("tool_calls.id"), primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    asked_by_id: Mapped[int] = mapped_column(ForeignKey("users.id"))  # whose token asked: keys are theirs
     source: Mapped[str] = mapped_column(String(64))
     context: Mapped[str] = mapped_column(Text, default="")
     facts: Mapped[list] = mapped_column(JSONType, default=list)  # [{"label", "value"}], as the agent sent them
@@ -666,7 +727,9 @@ class ExternalCall(Base):
     outcome_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    __table_args__ = (UniqueConstraint("tenant_id", "idempotency_key", name="uq_external_calls_tenant_key"),)
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "asked_by_id", "idempotency_key", name="uq_external_calls_asker_key"),
+    )
 
 
 class Decision(Base):

@@ -160,6 +160,31 @@ def test_the_same_key_returns_the_same_call_and_another_request_under_it_is_refu
     assert read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 1
 
 
+def test_another_agent_sending_the_same_key_gets_a_call_of_its_own_and_learns_nothing_of_the_first(api, app, read):
+    from tests.accounts.people import new_user
+
+    declare(api)
+    first = ask(api, key="shared-key")
+    assert first.status_code == 201
+    with app.app_context():
+        other = new_user(("agent",))
+    second = api.as_(other.email).post(
+        "/api/calls",
+        json={
+            "source": "other-bot",
+            "tool": "transfer",
+            "input": {"amount_cents": 100, "account": "ACME-99"},
+            "context": "A small payment.",
+            "idempotency_key": "shared-key",
+        },
+    )
+    assert second.status_code == 201, second.json  # a call of its own
+    assert second.json["id"] != first.json["id"]
+    assert second.json["source"] == "other-bot" and "Balance" not in str(second.json)
+    assert read(lambda s: s.scalar(select(func.count(ExternalCall.tool_call_id)))) == 2
+    assert ask(api, key="shared-key").json["id"] == first.json["id"]  # the first agent's key is still its own
+
+
 def test_an_undeclared_tool_or_input_outside_its_schema_is_refused_in_words_and_nothing_is_kept(api, read):
     unknown = ask(api, tool="wire")
     assert unknown.status_code == 422 and unknown.json["error"] == "unknown_tool"

@@ -77,7 +77,7 @@ def ask(
     new one, weighed by its policy and audited (True). The caller commits. OutsideError:
     idempotency_conflict, unknown_tool, invalid_input."""
     asked = request_hash(source, tool, arguments, context, facts)
-    before = _by_key(session, asker.tenant_id, idempotency_key)
+    before = _by_key(session, asker, idempotency_key)
     if before is not None:
         return _same_request(session, before, asked), False
     declared = tools.get(tool)
@@ -102,6 +102,7 @@ def ask(
                 ExternalCall(
                     tool_call_id=call.id,
                     tenant_id=asker.tenant_id,
+                    asked_by_id=asker.id,
                     source=source,
                     context=context,
                     facts=facts,
@@ -112,7 +113,7 @@ def ask(
             )
             session.flush()
     except IntegrityError:
-        before = _by_key(session, asker.tenant_id, idempotency_key)
+        before = _by_key(session, asker, idempotency_key)
         if before is None:
             raise
         return _same_request(session, before, asked), False
@@ -169,9 +170,15 @@ def _new_call(
     return call
 
 
-def _by_key(session: Session, tenant_id: int, key: str) -> ExternalCall | None:
+def _by_key(session: Session, asker: User, key: str) -> ExternalCall | None:
+    """The call this person asked for under the key before: keys are each asker's own, so the same key
+    from another agent of the tenant is a new call and tells nothing of theirs."""
     return session.scalar(
-        select(ExternalCall).where(ExternalCall.tenant_id == tenant_id, ExternalCall.idempotency_key == key)
+        select(ExternalCall).where(
+            ExternalCall.tenant_id == asker.tenant_id,
+            ExternalCall.asked_by_id == asker.id,
+            ExternalCall.idempotency_key == key,
+        )
     )
 
 
