@@ -249,6 +249,9 @@ class IssueRefund(Tool):
     def amount(self, input: Input) -> int:  # noqa: A002
         return input.amount_cents
 
+    def money_argument(self) -> str:
+        return "amount_cents"
+
     def subject(self, input: Input, context: ToolContext) -> str | None:  # noqa: A002
         """The invoice's customer: refunds add up per customer, whatever the invoice."""
         invoice = _find_invoice(context, input.invoice_id)

@@ -537,6 +537,7 @@ def test_the_readmes_walk_asks_for_calls_that_both_wait_for_a_reviewer():
     wait (a refund under the $50 rule ran at once, and the approval answered already_decided)."""
     from pathlib import Path
 
+    from webapp.agent import gate
     from webapp.agent.policies import default_policy
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -547,5 +548,5 @@ def test_the_readmes_walk_asks_for_calls_that_both_wait_for_a_reviewer():
     assert [use.name for use in uses] == ["issue_refund", "send_email"]
     for use in uses:  # each waits under its tool's own policy, the one a new tenant has
         tool = registry.get(use.name)
-        assert default_policy(tool).needs_approval(tool.amount(tool.Input(**use.input))), use.name
+        assert gate.waits(default_policy(tool), tool.amount(tool.Input(**use.input))), use.name
     assert '"decision": "approve"' in walk and "approvals/1 " in walk and "approvals/2 " in walk

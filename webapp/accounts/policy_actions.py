@@ -2,7 +2,7 @@
 /api/policies/<tool>`, `POST /api/policy-changes/<id>`), the operators' page and the command line.
 
 A change that lets no call wait less than before is in force at once (`policy_changed`). One that
-does (`agent/policies.loosenings`: a looser rule, a higher threshold, fewer approvals, a limit
+does (`agent/gate.loosenings`: a looser rule, a higher threshold, fewer approvals, a limit
 raised or cleared) waits as a PolicyChange for a second admin of the tenant, or an operator
 (`policy_change_requested`); the admin who asked cannot decide it. Approved, it is in force
 (`policy_change_decided`, then `policy_changed` naming both people); rejected or withdrawn, the
@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.agent import policies
+from webapp.agent import gate, policies
 from webapp.agent.policies import Policy
 from webapp.models import MAX_ROW_ID, PolicyChange, User, utcnow
 from webapp.runtime.services import services
@@ -50,7 +50,7 @@ def change_policy(session: Session, actor: User, tool: Tool, **values) -> Saved:
         raise
     if policies.settings(before) == policies.settings(after):
         return Saved(before, unchanged=True)
-    loosens = policies.loosenings(before, after)
+    loosens = gate.loosenings(before, after)
     if loosens:
         return Saved(before, request_loosening(session, actor.tenant_id, actor, before, after, loosens))
     applied = policies.apply_policy(session, actor.tenant_id, after, actor.id)

@@ -14,16 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from webapp.agent import wording
-from webapp.agent.policies import policy_for
+from webapp.agent import gate, wording
 from webapp.agent.states import RUNNABLE, SETTLED, CallStatus, ConversationStatus
 from webapp.agent.transcript import tool_uses
 from webapp.agent.workspace import OnWorkspace, Workspace
 from webapp.logs import bind
 from webapp.models import Decision, Message, ToolCall, User, utcnow
-from webapp.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+from webapp.tools.registry import ToolContext, ToolOutcome
 from webapp.tools.tasks import INPUT_REQUIRED, WORKING, Task, TaskError
 
 
@@ -207,11 +205,11 @@ class Calls(OnWorkspace):
         if cut_off:
             self._settle(call, CallStatus.FAILED, wording.RESULT_CUT_OFF, True)
             return call
-        problem = self.tools.check(call.name, call.input) or self._not_allowed(call)
+        problem = gate.check(self.tools, call.name, call.input) or self._not_allowed(call)
         if problem:
             self._settle(call, CallStatus.FAILED, problem, True)
             return call
-        gate(self.session, call, self.tools, self._context(call))
+        gate.weigh(self.session, call, self.tools, self._context(call))
         return call
 
     def _not_allowed(self, call: ToolCall) -> str | None:
@@ -296,24 +294,6 @@ class Calls(OnWorkspace):
         call.result = result
         call.is_error = is_error
         call.finished_at = utcnow()
-
-
-def gate(session: Session, call: ToolCall, tools: ToolRegistry, context: ToolContext) -> None:
-    """Weigh a new call that may run against its tool's policy, the operator's ceiling and the limits:
-    it keeps the money it moves and what it acts on, and waits for people (with the policy it was
-    flagged under, its expiry, reminder and escalation) when they say so; else it stays pending."""
-    policy = policy_for(session, call.tenant_id, tools.get(call.name))
-    call.money_cents = tools.amount_of(call.name, call.input)
-    call.subject = tools.subject_of(call.name, call.input, context)
-    waits = policy.needs_approval(call.money_cents)
-    limit = None if waits else policy.limit_reached(session, call)
-    if limit or waits:
-        call.requires_approval = True
-        call.approvals_required = max(policy.approvals_required, 1)
-        call.policy = {**policy.snapshot(), "limit": limit}
-        call.expires_at = policy.expires_at()
-        call.remind_at, call.escalate_at = policy.notice_times(call.expires_at)
-        call.status = CallStatus.AWAITING_APPROVAL
 
 
 def task_due(call: ToolCall, now) -> bool:

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.agent import wording
+from webapp.agent import gate, wording
 from webapp.agent.moves import lock_conversation, wake
 from webapp.agent.states import CallStatus
 from webapp.models import Conversation, Decision, ToolCall, User, utcnow
@@ -119,7 +119,7 @@ def decide(
     if edited_input is not None:
         if not approve:
             raise DecisionError("invalid_input", "Edited arguments go with an approval, not a rejection.")
-        problem = tools.check(call.name, edited_input) if tools else "no tool registry to check the edit"
+        problem = gate.check(tools, call.name, edited_input) if tools else "no tool registry to check the edit"
         if problem:
             raise DecisionError("invalid_input", problem)
         if edited_input == call.input:

@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.agent.calls import gate
+from webapp.agent import gate
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.models import Conversation, ExternalCall, Message, ToolCall, User, utcnow
 from webapp.tools.registry import InvalidInput, ToolContext, ToolRegistry
@@ -94,6 +94,10 @@ def ask(
         raise OutsideError(
             "invalid_input", f"The input does not fit {tool}'s schema: {exc.summary}.", "input", problems
         ) from None
+    if money := gate.money_problem(declared, arguments):
+        raise OutsideError(
+            "invalid_input", f"The input's amount is not money: {money}.", "input", {money.argument: str(money)}
+        )
     now = utcnow()
     try:
         with session.begin_nested():  # a request with the same key a moment ago wins; this one returns it
@@ -163,7 +167,7 @@ def _new_call(
     )
     session.add(call)
     session.flush()
-    gate(session, call, tools, ToolContext(session, asker.id, asker.tenant_id, call.id, f"toolcall-{call.id}"))
+    gate.weigh(session, call, tools, ToolContext(session, asker.id, asker.tenant_id, call.id, f"toolcall-{call.id}"))
     if call.status == CallStatus.AWAITING_APPROVAL:
         conversation.status = ConversationStatus.AWAITING_APPROVAL
     session.flush()

@@ -8,15 +8,13 @@ version included, so every decision can say which rule it was made under.
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from webapp.agent.states import CallStatus
-from webapp.models import ToolCall, ToolCeiling, ToolPolicy, utcnow
+from webapp.models import ToolCeiling, ToolPolicy, utcnow
 from webapp.tools.registry import Tool
 
 MODES = ("never", "always", "above_amount")
@@ -79,7 +77,7 @@ class Limits:
         parts = []
         for scope, words in SCOPES:
             count, cents = getattr(self, f"{scope}_count"), getattr(self, f"{scope}_cents")
-            said = [f"{count} call{'s' if count != 1 else ''}" if count is not None else None, _dollars(cents)]
+            said = [f"{count} call{'s' if count != 1 else ''}" if count is not None else None, dollars(cents)]
             if any(said):
                 parts.append(f"{' and '.join(part for part in said if part)} {words}")
         return f"Without a person, at most {'; '.join(parts)}." if parts else ""
@@ -92,11 +90,6 @@ SCOPES = (
     ("tenant_day", "for the whole tenant in 24 hours"),
     ("person_day", "per acting person in 24 hours"),
 )
-# What counts as having run (or being about to run) without a person: calls the policy let through,
-# not the ones that failed their checks or were stopped.
-_RAN = (CallStatus.PENDING, CallStatus.RUNNING, CallStatus.AWAITING_TASK, CallStatus.SUCCEEDED)
-# How strict each rule is, for telling a loosening from a tightening.
-_STRICTNESS = {"never": 0, "above_amount": 1, "always": 2}
 MODE_WORDS = {"never": "runs at once", "always": "always waits", "above_amount": "waits above an amount"}
 # A waiting call reminds the tenant's channels after the policy's reminder time; without one, after
 # an hour or a quarter of the time to decide, whichever is sooner. It escalates to the tenant's admins
@@ -106,7 +99,8 @@ ESCALATE_WHEN_LEFT = 0.2
 KEEP = object()  # save_policy: keep what the policy has
 
 
-def _dollars(cents: int | None) -> str | None:
+def dollars(cents: int | None) -> str | None:
+    """Cents as dollars for people ("$1,500.00"; None stays None)."""
     return f"${cents / 100:,.2f}" if cents is not None else None
 
 
@@ -121,17 +115,6 @@ class Policy:
     limits: Limits = field(default_factory=Limits)
     remind_after_seconds: int | None = None  # None: the default (DEFAULT_REMIND_AFTER_SECONDS)
     ceiling_cents: int | None = None  # the operator's: above it every call waits, whatever the rule
-
-    def needs_approval(self, amount: int | None) -> bool:
-        """Whether a call that moves `amount` cents (as its tool says; None: it says none) must wait
-        for people. Under an amount rule or a ceiling, a call whose amount cannot be told waits."""
-        if self.mode == "always":
-            return True
-        if self.ceiling_cents is not None and (amount is None or amount > self.ceiling_cents):
-            return True
-        if self.mode == "above_amount":
-            return amount is None or amount > (self.amount_threshold_cents or 0)
-        return False
 
     def weighs_money(self) -> bool:
         """Whether it reads the money a call moves: an amount rule, or a money limit."""
@@ -158,54 +141,11 @@ class Policy:
         if self.mode == "always":
             return rule
         ceiling = (
-            f"Above {_dollars(self.ceiling_cents)} every call waits for a person (the desk's ceiling)."
+            f"Above {dollars(self.ceiling_cents)} every call waits for a person (the desk's ceiling)."
             if self.ceiling_cents is not None
             else ""
         )
         return " ".join(part for part in (rule, ceiling, self.limits.describe()) if part)
-
-    def limit_reached(self, session: Session, call: ToolCall) -> str | None:
-        """Which limit this call, which the rule alone would let run, would pass (in words), or None.
-        Counts the tool's earlier calls that ran with no person, the call's own round included, by
-        the amount and subject their tool gave them (`money_cents`, `subject`)."""
-        if not self.limits.any():
-            return None
-        if session.get_bind().dialect.name == "postgresql":  # one check at a time per tenant and tool
-            session.execute(select(func.pg_advisory_xact_lock(zlib.crc32(f"{call.tenant_id}:{call.name}".encode()))))
-        session.flush()  # the calls of this round so far, and this one (left out below)
-        amount = call.money_cents or 0
-        day = utcnow() - timedelta(days=1)
-        scopes = {
-            "conversation": (ToolCall.conversation_id == call.conversation_id,),
-            "subject_day": (ToolCall.subject == call.subject, ToolCall.created_at >= day),
-            "tenant_day": (ToolCall.created_at >= day,),
-            "person_day": (ToolCall.acting_user_id == call.acting_user_id, ToolCall.created_at >= day),
-        }
-        for scope, words in SCOPES:
-            most_calls, most_cents = getattr(self.limits, f"{scope}_count"), getattr(self.limits, f"{scope}_cents")
-            if (most_calls is None and most_cents is None) or (scope == "subject_day" and call.subject is None):
-                continue
-            if scope == "subject_day":  # "for customer 4471 in 24 hours"
-                words = f"for {call.subject.replace(':', ' ', 1)} in 24 hours"
-            calls, cents = session.execute(
-                select(func.count(ToolCall.id), func.coalesce(func.sum(ToolCall.money_cents), 0)).where(
-                    ToolCall.tenant_id == call.tenant_id,
-                    ToolCall.name == call.name,
-                    ToolCall.id != call.id,
-                    ToolCall.requires_approval.is_(False),
-                    ToolCall.status.in_(_RAN),
-                    *scopes[scope],
-                )
-            ).one()
-            if most_calls is not None and calls + 1 > most_calls:
-                ran = f"{calls} {call.name} call{' already ran' if calls == 1 else 's already ran'}"
-                return f"{ran} without a person {words}; the limit is {most_calls}."
-            if most_cents is not None and cents + amount > most_cents:
-                return (
-                    f"With this one, {_dollars(cents + amount)} of {call.name} would run without a person {words}; "
-                    f"the limit is {_dollars(most_cents)}."
-                )
-        return None
 
     def snapshot(self) -> dict:
         return {**asdict(self), "rule": self.describe()}
@@ -290,7 +230,7 @@ def ceiling_cents(text: str) -> int | None | object:
 def ceiling_words(cents: int | None) -> str:
     if cents is None:
         return "no ceiling: its policy alone decides which calls wait"
-    return f"above {_dollars(cents)} every call waits for a person, whatever a tenant's policy says"
+    return f"above {dollars(cents)} every call waits for a person, whatever a tenant's policy says"
 
 
 def set_ceiling(session: Session, tool: Tool, cents: int | None | object, by_user_id: int | None) -> int | None:
@@ -362,8 +302,8 @@ def proposed_policy(
         ceiling = before.ceiling_cents
         if ceiling is not None and amount_threshold_cents > ceiling:
             raise PolicyError(
-                f"The desk's operator caps {tool.name} at {_dollars(ceiling)}: above that every call waits for a "
-                f"person, whatever the policy says. Choose an amount limit of at most {_dollars(ceiling)}.",
+                f"The desk's operator caps {tool.name} at {dollars(ceiling)}: above that every call waits for a "
+                f"person, whatever the policy says. Choose an amount limit of at most {dollars(ceiling)}.",
                 "amount_threshold",
             )
     else:
@@ -415,33 +355,6 @@ def settings(policy: Policy) -> dict:
 def from_settings(values: dict) -> dict:
     """proposed_policy's keyword arguments from settings() (limits typed again)."""
     return {**values, "limits": Limits.from_dict(values.get("limits"))}
-
-
-def loosenings(before: Policy, after: Policy) -> list[str]:
-    """What in `after` lets some call wait less than under `before`, in sentences for people (empty:
-    nothing does, so the change may take effect at once). A limit raised or cleared counts even where
-    the rule makes every call wait, since a later rule would bring it into force."""
-    said = []
-    if _STRICTNESS[after.mode] < _STRICTNESS[before.mode]:
-        said.append(f"The rule goes from “{MODE_WORDS[before.mode]}” to “{MODE_WORDS[after.mode]}”.")
-    elif before.mode == after.mode == "above_amount" and (after.amount_threshold_cents or 0) > (
-        before.amount_threshold_cents or 0
-    ):
-        said.append(
-            f"The amount above which calls wait goes from {_dollars(before.amount_threshold_cents or 0)} "
-            f"to {_dollars(after.amount_threshold_cents)}."
-        )
-    if after.mode != "never" and 0 < after.approvals_required < before.approvals_required:
-        said.append(f"Approvals needed go from {before.approvals_required} to {after.approvals_required}.")
-    for scope, words in SCOPES:
-        for kind in ("count", "cents"):
-            was, now = getattr(before.limits, f"{scope}_{kind}"), getattr(after.limits, f"{scope}_{kind}")
-            if was is None or (now is not None and now <= was):
-                continue
-            what = f"The most {'calls' if kind == 'count' else 'money'} without a person {words}"
-            shown = (lambda v: f"{v:,}") if kind == "count" else _dollars
-            said.append(f"{what} goes from {shown(was)} to {shown(now) if now is not None else 'no limit'}.")
-    return said
 
 
 def apply_policy(session: Session, tenant_id: int, after: Policy, by_user_id: int | None) -> Policy:

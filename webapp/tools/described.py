@@ -36,10 +36,11 @@ def money_in_cents(value: Any, unit: str) -> int | None:
         dollars = Decimal(str(value)) if isinstance(value, int | float | str) else None
     except InvalidOperation:
         return None
-    if dollars is None or not dollars.is_finite():
+    if dollars is None or not dollars.is_finite() or abs(dollars) > 10**15:
         return None
     cents = dollars * 100
-    return int(cents) if cents == cents.to_integral_value() and abs(cents) < 2**31 else None
+    # a negative or too large amount is read as it is: the gate refuses it (agent/gate.py)
+    return int(cents) if cents == cents.to_integral_value() else None
 
 
 class DescribedTool(Tool):

@@ -58,6 +58,9 @@ class OutsideTool(DescribedTool):
     def amount(self, input: dict) -> int | None:  # noqa: A002
         return money_in_cents(input.get(self.amount_argument), self.amount_unit) if self.amount_argument else None
 
+    def money_argument(self) -> str | None:
+        return self.amount_argument
+
     def subject(self, input: dict, context: ToolContext) -> str | None:  # noqa: A002
         value = input.get(self.subject_argument) if self.subject_argument else None
         return f"{self.subject_argument}:{value}"[:200] if value not in (None, "") else None

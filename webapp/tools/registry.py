@@ -201,6 +201,11 @@ class Tool:
         """Whether the tool's calls carry an amount that rules and limits can weigh."""
         return type(self).amount is not Tool.amount
 
+    def money_argument(self) -> str | None:
+        """The argument that carries the amount, so a wrong one is named to whoever sent it (None: the
+        amount is not one argument, or the tool moves none)."""
+        return None
+
     def subject(self, input: Any, context: ToolContext) -> str | None:  # noqa: A002
         """What the call acts on, as "kind:id" ("customer:4471", "order:9001", "repo:web"), for limits
         per subject (None: nothing in particular)."""

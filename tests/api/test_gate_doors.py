@@ -1,0 +1,114 @@
+"""The one gate at every door (webapp/agent/gate.py): amounts are money, a re-declared tool loosens
+nothing alone, a widening edit needs another reviewer. Each test first reproduced a way past the people
+a call needs (issue 42)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from webapp.agent import decisions
+from webapp.models import ToolCall
+
+AGENT, REVIEWER, REVIEWER2, ADMIN, ADMIN2 = (
+    "agent@acme.test",
+    "reviewer@acme.test",
+    "reviewer2@acme.test",
+    "admin@acme.test",
+    "admin2@acme.test",
+)
+# As an attacker would declare it: no minimum on the amount.
+WIRE = {
+    "description": "Wire money to a supplier's account.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "amount_cents": {"type": "integer"},
+            "fee_cents": {"type": "integer"},
+            "account": {"type": "string"},
+        },
+        "required": ["amount_cents", "account"],
+    },
+    "amount": "amount_cents",
+    "subject": "account",
+}
+
+
+def declare(api, as_=ADMIN, policy=None, **more):
+    body = {**WIRE, **more}
+    if policy is not None:
+        body["policy"] = policy
+    return api.as_(as_).put("/api/external-tools/wire", json=body)
+
+
+def in_force(api, policy):
+    """Declare the wire with `policy`, approved by the second admin when it waits for one."""
+    declared = declare(api, policy=policy)
+    assert declared.status_code == 200, declared.json
+    if declared.json["change"]:
+        decided = api.as_(ADMIN2).post(f"/api/policy-changes/{declared.json['change']['id']}", json={"decision": "approve"})
+        assert decided.status_code == 200, decided.json
+    return declared
+
+
+def ask(api, key, as_=AGENT, **input_):
+    return api.as_(as_).post(
+        "/api/calls",
+        json={
+            "source": "treasury-bot",
+            "tool": "wire",
+            "input": {"account": "ACME-17", **input_},
+            "context": "A supplier's invoice.",
+            "idempotency_key": key,
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    "amount",
+    [-10_000_000, -1, 10**12 + 1, 2**63, 10**29, 1e308, 12.5, "500", True],
+    ids=["negative", "minus-one", "past-the-ceiling", "2^63", "29-digits", "1e308", "a-fraction", "text", "true"],
+)
+def test_an_amount_that_is_not_money_is_refused_naming_the_argument_and_nothing_is_kept(api, read, amount):
+    in_force(api, {"mode": "above_amount", "threshold_cents": 200_000})
+    before = read(lambda s: s.scalar(select(func.count(ToolCall.id))))
+    asked = ask(api, "k", amount_cents=amount)
+    assert asked.status_code == 422, asked.json
+    assert "input.amount_cents" in [field["field"] for field in asked.json["fields"]]
+    assert read(lambda s: s.scalar(select(func.count(ToolCall.id)))) == before
+
+
+def test_a_negative_amount_buys_no_headroom_under_the_daily_limit(api):
+    in_force(
+        api,
+        {"mode": "above_amount", "threshold_cents": 200_000, "limits": {"tenant_day_cents": 150_000}},
+    )
+    assert ask(api, "minus", amount_cents=-10_000_000).status_code == 422
+    first = ask(api, "one", amount_cents=100_000).json
+    second = ask(api, "two", amount_cents=100_000).json
+    assert first["status"] == "approved"
+    assert second["status"] == "waiting" and "at most $1,500.00 for the whole tenant" in second["rule"]
+
+
+def test_zero_and_the_most_one_call_may_move_are_money(api):
+    in_force(api, {"mode": "above_amount", "threshold_cents": 200_000})
+    assert ask(api, "zero", amount_cents=0).json["status"] == "approved"
+    most = ask(api, "most", amount_cents=10**12)
+    assert most.status_code == 201 and most.json["status"] == "waiting"
+
+
+def test_a_reviewers_edit_to_an_amount_that_is_not_money_is_refused(api, read):
+    in_force(api, {"mode": "always"})
+    call = ask(api, "edit-me", amount_cents=5_000).json
+    for amount in (-5_000, 10**30):
+        edited = api.as_(REVIEWER).post(
+            f"/api/approvals/{call['id']}",
+            json={
+                "decision": "approve",
+                "arguments_hash": decisions.arguments_hash(call["input"]),
+                "input": {**call["input"], "amount_cents": amount},
+            },
+        )
+        assert edited.status_code == 422, edited.json
+        assert "amount_cents" in edited.json["message"]
+    assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"

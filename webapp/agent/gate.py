@@ -1,0 +1,208 @@
+"""The one gate: whether a tool call runs at once or waits, and for how many people; and whether a
+change to the rules is looser.
+
+Every door asks here: the assistant's calls (agent/calls.py), outside agents' calls (agent/outside.py),
+a reviewer's edit (agent/decisions.py), the calls of a bulk run and of a task (they are the assistant's),
+and every path that changes what waits (policies, outside tools' declarations, MCP hints and mappings)
+asks `loosenings`. No other module compares an amount with a threshold, a ceiling or a limit
+(tests/agent/test_gate.py reads the code to hold that).
+
+Amounts are money: a non-negative whole number of minor units (cents) up to MAX_MONEY_CENTS. A call
+whose amount argument holds anything else is refused before it is weighed, with the argument named.
+
+Nothing here loads Flask, RQ or Redis.
+"""
+
+from __future__ import annotations
+
+import zlib
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from webapp.agent.policies import MODE_WORDS, SCOPES, Policy, dollars, policy_for
+from webapp.agent.states import CallStatus
+from webapp.models import MAX_MONEY_CENTS, ToolCall, utcnow
+from webapp.tools.registry import RETRY_HINT, InvalidInput, Tool, ToolContext, ToolRegistry
+
+# What counts as having run (or being about to run) without a person: calls the policy let through,
+# not the ones that failed their checks or were stopped.
+_RAN = (CallStatus.PENDING, CallStatus.RUNNING, CallStatus.AWAITING_TASK, CallStatus.SUCCEEDED)
+# How strict each rule is, for telling a loosening from a tightening.
+_STRICTNESS = {"never": 0, "above_amount": 1, "always": 2}
+MONEY_WORDS = f"a whole number of cents from 0 to {MAX_MONEY_CENTS:,} (dollars: at most two decimals)"
+
+
+class MoneyProblem(ValueError):
+    """A call whose amount is not money; `argument` names the argument that holds it (None: unknown)."""
+
+    def __init__(self, message: str, argument: str | None) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+# --- what a call may be --------------------------------------------------------------------------
+
+
+def money_problem(tool: Tool | None, raw_input: Any) -> MoneyProblem | None:
+    """Why the call's amount is not money (None: it is, or the tool moves none, or it sends none and so
+    waits under any amount rule). Arguments its schema refuses are the schema's to say."""
+    if tool is None or not tool.moves_money():
+        return None
+    try:
+        parsed = tool.parse(raw_input)
+    except InvalidInput:
+        return None
+    argument = tool.money_argument()
+    sent = raw_input.get(argument) if argument and isinstance(raw_input, dict) else None
+    amount = tool.amount(parsed)
+    if amount is None and sent is None:
+        return None
+    if isinstance(amount, int) and not isinstance(amount, bool) and 0 <= amount <= MAX_MONEY_CENTS:
+        return None
+    where = argument or "the amount"
+    return MoneyProblem(f"{where}: must be {MONEY_WORDS}; got {str(sent)[:40]!r}", argument)
+
+
+def check(tools: ToolRegistry, name: str, raw_input: Any) -> str | None:
+    """None when a call with these arguments may be weighed; otherwise what is wrong, in the words the
+    model is given (an unknown tool, arguments its schema refuses, an amount that is not money)."""
+    problem = tools.check(name, raw_input)
+    if problem:
+        return problem
+    money = money_problem(tools.get(name), raw_input)
+    return f"Invalid input for {name}: {money}.{RETRY_HINT}" if money else None
+
+
+# --- a call weighed ------------------------------------------------------------------------------
+
+
+def waits(policy: Policy, amount: int | None) -> bool:
+    """Whether a call that moves `amount` cents (as its tool says; None: it says none) must wait for
+    people. Under an amount rule or a ceiling, a call whose amount cannot be told waits."""
+    if policy.mode == "always":
+        return True
+    if amount is not None and not 0 <= amount <= MAX_MONEY_CENTS:
+        return True  # never reached through `check`; a call that is not money never runs alone
+    if policy.ceiling_cents is not None and (amount is None or amount > policy.ceiling_cents):
+        return True
+    if policy.mode == "above_amount":
+        return amount is None or amount > (policy.amount_threshold_cents or 0)
+    return False
+
+
+def limit_reached(session: Session, policy: Policy, call: ToolCall) -> str | None:
+    """Which limit this call, which the rule alone would let run, would pass (in words), or None.
+    Counts the tool's earlier calls that ran with no person, the call's own round included, by the
+    amount and subject their tool gave them (`money_cents`, `subject`)."""
+    limits = policy.limits
+    if not limits.any():
+        return None
+    if session.get_bind().dialect.name == "postgresql":  # one check at a time per tenant and tool
+        session.execute(select(func.pg_advisory_xact_lock(zlib.crc32(f"{call.tenant_id}:{call.name}".encode()))))
+    session.flush()  # the calls of this round so far, and this one (left out below)
+    amount = max(call.money_cents or 0, 0)
+    day = utcnow() - timedelta(days=1)
+    scopes = {
+        "conversation": (ToolCall.conversation_id == call.conversation_id,),
+        "subject_day": (ToolCall.subject == call.subject, ToolCall.created_at >= day),
+        "tenant_day": (ToolCall.created_at >= day,),
+        "person_day": (ToolCall.acting_user_id == call.acting_user_id, ToolCall.created_at >= day),
+    }
+    for scope, words in SCOPES:
+        most_calls, most_cents = getattr(limits, f"{scope}_count"), getattr(limits, f"{scope}_cents")
+        if (most_calls is None and most_cents is None) or (scope == "subject_day" and call.subject is None):
+            continue
+        if scope == "subject_day":  # "for customer 4471 in 24 hours"
+            words = f"for {call.subject.replace(':', ' ', 1)} in 24 hours"
+        # A total only grows: an amount below zero (stored before amounts were money) adds nothing.
+        ran_cents = func.coalesce(func.sum(func.greatest(ToolCall.money_cents, 0)), 0)
+        if session.get_bind().dialect.name == "sqlite":
+            ran_cents = func.coalesce(func.sum(func.max(ToolCall.money_cents, 0)), 0)
+        calls, cents = session.execute(
+            select(func.count(ToolCall.id), ran_cents).where(
+                ToolCall.tenant_id == call.tenant_id,
+                ToolCall.name == call.name,
+                ToolCall.id != call.id,
+                ToolCall.requires_approval.is_(False),
+                ToolCall.status.in_(_RAN),
+                *scopes[scope],
+            )
+        ).one()
+        if most_calls is not None and calls + 1 > most_calls:
+            ran = f"{calls} {call.name} call{' already ran' if calls == 1 else 's already ran'}"
+            return f"{ran} without a person {words}; the limit is {most_calls}."
+        if most_cents is not None and cents + amount > most_cents:
+            return (
+                f"With this one, {dollars(cents + amount)} of {call.name} would run without a person {words}; "
+                f"the limit is {dollars(most_cents)}."
+            )
+    return None
+
+
+def weigh(session: Session, call: ToolCall, tools: ToolRegistry, context: ToolContext) -> None:
+    """Weigh a new call that may run (it passed `check`) against its tool's policy, the operator's
+    ceiling and the limits: it keeps the money it moves and what it acts on, and waits for people (with
+    the policy it was flagged under, its expiry, reminder and escalation) when they say so; else it
+    stays pending."""
+    policy = policy_for(session, call.tenant_id, tools.get(call.name))
+    call.money_cents = tools.amount_of(call.name, call.input)
+    call.subject = tools.subject_of(call.name, call.input, context)
+    wait = waits(policy, call.money_cents)
+    limit = None if wait else limit_reached(session, policy, call)
+    if limit or wait:
+        call.requires_approval = True
+        call.approvals_required = max(policy.approvals_required, 1)
+        call.policy = {**policy.snapshot(), "limit": limit}
+        call.expires_at = policy.expires_at()
+        call.remind_at, call.escalate_at = policy.notice_times(call.expires_at)
+        call.status = CallStatus.AWAITING_APPROVAL
+
+
+# --- the rules changed ---------------------------------------------------------------------------
+
+
+def loosenings(before: Policy, after: Policy) -> list[str]:
+    """What in `after` lets some call wait less, or for fewer people, than under `before`, in sentences
+    for people (empty: nothing does, so the change may take effect at once). A limit raised or cleared
+    counts even where the rule makes every call wait, since a later rule would bring it into force."""
+    said = []
+    if _STRICTNESS[after.mode] < _STRICTNESS[before.mode]:
+        said.append(f"The rule goes from “{MODE_WORDS[before.mode]}” to “{MODE_WORDS[after.mode]}”.")
+    elif before.mode == after.mode == "above_amount" and (after.amount_threshold_cents or 0) > (
+        before.amount_threshold_cents or 0
+    ):
+        said.append(
+            f"The amount above which calls wait goes from {dollars(before.amount_threshold_cents or 0)} "
+            f"to {dollars(after.amount_threshold_cents)}."
+        )
+    if after.mode != "never" and 0 < after.approvals_required < before.approvals_required:
+        said.append(f"Approvals needed go from {before.approvals_required} to {after.approvals_required}.")
+    for scope, words in SCOPES:
+        for kind in ("count", "cents"):
+            was, now = getattr(before.limits, f"{scope}_{kind}"), getattr(after.limits, f"{scope}_{kind}")
+            if was is None or (now is not None and now <= was):
+                continue
+            what = f"The most {'calls' if kind == 'count' else 'money'} without a person {words}"
+            shown = (lambda v: f"{v:,}") if kind == "count" else dollars
+            said.append(f"{what} goes from {shown(was)} to {shown(now) if now is not None else 'no limit'}.")
+    return said
+
+
+def reading_loosenings(before: dict, after: dict, policy: Policy) -> list[str]:
+    """What a change to how a tool's calls are read (which argument is the money and in what unit, which
+    names the subject) loosens under `policy`, in sentences (empty: nothing). Any change of what the
+    policy reads is looser, since some call would then be weighed on other numbers: when unsure, looser."""
+    said = []
+    if policy.weighs_money() or policy.ceiling_cents is not None:
+        for key, words in (("amount", "the argument read as the amount"), ("amount_unit", "the amount's unit")):
+            if before.get(key) != after.get(key):
+                said.append(f"The policy weighs money, and {words} goes from {before.get(key)} to {after.get(key)}.")
+    if policy.weighs_subject() and before.get("subject") != after.get("subject"):
+        said.append(
+            f"The policy has a limit per subject, and the argument read as the subject goes from "
+            f"{before.get('subject')} to {after.get('subject')}."
+        )
+    return said
