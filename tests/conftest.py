@@ -240,6 +240,12 @@ def seeded(migrated) -> list[tuple[object, list[dict]]]:
 @pytest.fixture
 def clean(engine, base_env, seeded):
     """Empty the runtime tables, put the billing data back as seeded and empty Redis before a test."""
+    empty_runtime_tables(engine, base_env["REDIS_URL"], seeded)
+
+
+def empty_runtime_tables(engine, redis_url: str, seeded) -> None:
+    """What `clean` does before each test; a test that runs many examples (tests/gate) calls it before
+    each example."""
     postgres = engine.dialect.name == "postgresql"
     with engine.begin() as connection:
         connection.execute(text("UPDATE tenants SET endpoint_id = NULL, small_endpoint_id = NULL"))  # endpoints go
@@ -261,7 +267,7 @@ def clean(engine, base_env, seeded):
         connection.execute(
             text("UPDATE users SET active = true WHERE email LIKE '%@acme.test' OR email LIKE '%@globex.test'")
         )
-    redis_lib.Redis.from_url(base_env["REDIS_URL"]).flushdb()
+    redis_lib.Redis.from_url(redis_url).flushdb()
 
 
 @pytest.fixture
