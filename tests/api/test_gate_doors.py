@@ -112,3 +112,35 @@ def test_a_reviewers_edit_to_an_amount_that_is_not_money_is_refused(api, read):
         assert edited.status_code == 422, edited.json
         assert "amount_cents" in edited.json["message"]
     assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"
+
+
+@pytest.mark.parametrize(
+    "change", [{"amount": "fee_cents"}, {"amount_unit": "dollars"}], ids=["another-argument", "another-unit"]
+)
+def test_declaring_a_tool_again_cannot_change_what_its_amount_rule_reads(api, read, change):
+    in_force(api, {"mode": "above_amount", "threshold_cents": 100_000})
+    again = declare(api, **change)
+    assert again.status_code == 409 and again.json["error"] == "loosens_alone", again.json
+    assert "second admin" in again.json["message"]
+    big = ask(api, "big", amount_cents=5_000_000, fee_cents=1)  # $50,000
+    assert big.json["status"] == "waiting" and big.json["approvals_required"] == 1
+    tool = api.as_(ADMIN).get("/api/external-tools").json["tools"][0]
+    assert tool["amount"] == "amount_cents" and tool["amount_unit"] == "cents"  # nothing of it was kept
+
+
+def test_a_reading_changes_with_a_rule_that_makes_every_call_wait_and_the_looser_rule_then_waits(api):
+    in_force(api, {"mode": "above_amount", "threshold_cents": 100_000})
+    again = declare(api, amount="fee_cents", policy={"mode": "always"})
+    assert again.status_code == 200 and again.json["change"] is None, again.json
+    assert again.json["amount"] == "fee_cents"
+    looser = api.as_(ADMIN).put("/api/policies/wire", json={"mode": "above_amount", "threshold_cents": 100_000})
+    assert looser.json["change"]["status"] == "pending"
+    assert ask(api, "after", amount_cents=5_000_000, fee_cents=1).json["status"] == "waiting"
+
+
+def test_a_tool_removed_and_declared_again_does_not_bring_its_amount_rule_back_on_other_numbers(api):
+    in_force(api, {"mode": "above_amount", "threshold_cents": 100_000})
+    assert api.as_(ADMIN).delete("/api/external-tools/wire").status_code == 200
+    back = declare(api, amount="fee_cents")
+    assert back.status_code == 409 and back.json["error"] == "loosens_alone", back.json
+    assert declare(api, amount="fee_cents", policy={"mode": "always"}).status_code == 200

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from webapp import audit_chain
 from webapp.accounts import policy_actions
-from webapp.agent import policies
+from webapp.agent import gate, policies
 from webapp.models import ExternalTool, User
 from webapp.runtime.services import services
 from webapp.tools import external
@@ -37,8 +37,11 @@ def declare(
     registry = services().tools_for(session, admin.tenant_id)
     taken = {tool for tool in registry.names() if registry.get(tool).runs_here}
     external.check(name, declaration, taken)
-    created = external.find(session, admin.tenant_id, name) is None
+    before = external.find(session, admin.tenant_id, name)
+    created = before is None
+    was_read = {} if before is None else external.reading(before)
     row = external.declare(session, admin.tenant_id, name, declaration, admin.id)
+    _refuse_a_reading_that_loosens(session, admin, external.OutsideTool(row), was_read, external.reading(row), policy)
     audit_chain.record(
         session,
         "external_tool_declared",
@@ -62,6 +65,34 @@ def declare(
         )
     session.commit()  # (a policy that took effect or waits committed already; an unchanged one did not)
     return Declared(row, saved)
+
+
+def _refuse_a_reading_that_loosens(
+    session: Session,
+    admin: User,
+    tool: external.OutsideTool,
+    was_read: dict,
+    now_read: dict,
+    policy: Callable[[policies.Policy], dict] | None,
+) -> None:
+    """Refused (409, nothing kept) when the declaration changes what the tool's policy reads (the
+    amount's argument or unit, the subject) while that policy lets some calls run by what it reads: a
+    call would then run on other numbers with no second admin. The policy that counts is the one in
+    force after this request: one asked with it that tightens at once (always wait) lets it through."""
+    in_force = policies.policy_for(session, admin.tenant_id, tool)
+    if policy is not None:
+        asked_before, asked = policies.proposed_policy(session, admin.tenant_id, tool, **policy(in_force))
+        in_force = in_force if gate.loosenings(asked_before, asked) else asked
+    loosens = gate.reading_loosenings(was_read, now_read, in_force)
+    if loosens:
+        session.rollback()
+        raise Refused(
+            409,
+            "loosens_alone",
+            f"{' '.join(loosens)} That would let some {tool.name} calls run on other numbers with no second admin. "
+            f"Declare it again with the policy {{\"mode\": \"always\"}} (in force at once), then ask for the rule "
+            "you want: a looser rule waits for a second admin.",
+        )
 
 
 def remove(session: Session, admin: User, name: str) -> ExternalTool:

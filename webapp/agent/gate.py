@@ -194,7 +194,11 @@ def loosenings(before: Policy, after: Policy) -> list[str]:
 def reading_loosenings(before: dict, after: dict, policy: Policy) -> list[str]:
     """What a change to how a tool's calls are read (which argument is the money and in what unit, which
     names the subject) loosens under `policy`, in sentences (empty: nothing). Any change of what the
-    policy reads is looser, since some call would then be weighed on other numbers: when unsure, looser."""
+    policy reads is looser, since some call would then be weighed on other numbers: when unsure, looser.
+    A reading unknown before (a tool that disappears and comes back) is `{}`. Under a rule that makes
+    every call wait, nothing waits less now, and the next looser rule waits for a second admin."""
+    if policy.mode == "always":
+        return []
     said = []
     if policy.weighs_money() or policy.ceiling_cents is not None:
         for key, words in (("amount", "the argument read as the amount"), ("amount_unit", "the amount's unit")):

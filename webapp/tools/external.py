@@ -143,6 +143,11 @@ def declare(session: Session, tenant_id: int, name: str, declared: Declaration, 
     return row
 
 
+def reading(row: ExternalTool) -> dict:
+    """What a policy reads of the tool's calls, as declared: the amount's argument and unit, the subject's."""
+    return {"amount": row.amount_argument, "amount_unit": row.amount_unit, "subject": row.subject_argument}
+
+
 def find(session: Session, tenant_id: int, name: str) -> ExternalTool | None:
     return session.scalar(select(ExternalTool).where(ExternalTool.tenant_id == tenant_id, ExternalTool.name == name))
 
