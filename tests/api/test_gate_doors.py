@@ -144,3 +144,43 @@ def test_a_tool_removed_and_declared_again_does_not_bring_its_amount_rule_back_o
     back = declare(api, amount="fee_cents")
     assert back.status_code == 409 and back.json["error"] == "loosens_alone", back.json
     assert declare(api, amount="fee_cents", policy={"mode": "always"}).status_code == 200
+
+
+def decide(api, reviewer, call, **more):
+    return api.as_(reviewer).post(
+        f"/api/approvals/{call['id']}",
+        json={"decision": "approve", "arguments_hash": decisions.arguments_hash(call["input"]), **more},
+    )
+
+
+def test_an_edit_that_raises_the_amount_and_changes_the_account_needs_another_reviewer(api, read):
+    in_force(api, {"mode": "always"})
+    call = ask(api, "wire-2000", amount_cents=200_000).json
+    widened = {"amount_cents": 100_000_000, "account": "ELSEWHERE-1"}
+    edited = decide(api, REVIEWER, call, input=widened)
+    assert edited.status_code == 200, edited.json
+    assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"  # nobody else saw it yet
+    assert api.as_(AGENT).get(f"/api/calls/{call['id']}").json["status"] == "waiting"
+    again = decide(api, REVIEWER, {**call, "input": widened})
+    assert again.status_code == 409  # the editor counts as the one who asked
+    second = decide(api, REVIEWER2, {**call, "input": widened})
+    assert second.status_code == 200, second.json
+    seen = api.as_(AGENT).get(f"/api/calls/{call['id']}").json
+    assert seen["status"] == "approved" and seen["input"] == widened
+
+
+@pytest.mark.parametrize(
+    "edit", [{"account": "ACME-17", "fee_cents": 5}, {"account": "OTHER-2"}], ids=["adds-an-argument", "another-subject"]
+)
+def test_an_edit_that_adds_an_argument_or_names_another_subject_needs_another_reviewer(api, read, edit):
+    in_force(api, {"mode": "always"})
+    call = ask(api, "wire", amount_cents=200_000).json
+    assert decide(api, REVIEWER, call, input={"amount_cents": 200_000, **edit}).status_code == 200
+    assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"
+
+
+def test_an_edit_that_lowers_the_amount_stays_one_step(api, read):
+    in_force(api, {"mode": "always"})
+    call = ask(api, "wire-lower", amount_cents=200_000).json
+    assert decide(api, REVIEWER, call, input={"amount_cents": 150_000, "account": "ACME-17"}).status_code == 200
+    assert api.as_(AGENT).get(f"/api/calls/{call['id']}").json["status"] == "approved"

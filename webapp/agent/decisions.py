@@ -23,7 +23,7 @@ from webapp.agent.moves import lock_conversation, wake
 from webapp.agent.states import CallStatus
 from webapp.models import Conversation, Decision, ToolCall, User, utcnow
 from webapp.tools.presenting import at_moment
-from webapp.tools.registry import ToolRegistry
+from webapp.tools.registry import ToolContext, ToolRegistry
 
 
 class DecisionError(Exception):
@@ -47,7 +47,8 @@ def who(user: User) -> str:
 
 
 def approvals_so_far(session: Session, call: ToolCall) -> list[Decision]:
-    """The approvals that count: those given to the call's current arguments."""
+    """The approvals that count: those given to the call's current arguments, by anyone but the
+    reviewer whose edit widened it (they count as the one who asked)."""
     return list(
         session.scalars(
             select(Decision)
@@ -55,6 +56,7 @@ def approvals_so_far(session: Session, call: ToolCall) -> list[Decision]:
                 Decision.tool_call_id == call.id,
                 Decision.decision == "approve",
                 Decision.arguments_hash == arguments_hash(call.input),
+                Decision.reviewer_id != (call.widened_by_id or 0),
             )
             .order_by(Decision.id)
         )
@@ -124,6 +126,10 @@ def decide(
             raise DecisionError("invalid_input", problem)
         if edited_input == call.input:
             edited_input = None
+    widened = None
+    if edited_input is not None:
+        context = ToolContext(session, call.acting_user_id, call.tenant_id, call.id, f"toolcall-{call.id}")
+        widened = gate.edit_widens(tools, call, edited_input, context) or None
     mine = session.scalar(select(Decision).where(Decision.tool_call_id == call.id, Decision.reviewer_id == reviewer.id))
     if mine is not None:
         raise DecisionError(
@@ -172,6 +178,7 @@ def decide(
                 original_input=call.original_input or call.input,
                 money_cents=tools.amount_of(call.name, edited_input),  # the inbox shows what it moves now
                 status=CallStatus.AWAITING_APPROVAL,
+                **({"widened_by_id": reviewer.id} if widened else {}),
             )
         needed = max(call.approvals_required, 1)
         if len(approvals_so_far(session, call)) < needed:

@@ -161,6 +161,26 @@ def weigh(session: Session, call: ToolCall, tools: ToolRegistry, context: ToolCo
         call.status = CallStatus.AWAITING_APPROVAL
 
 
+def edit_widens(tools: ToolRegistry, call: ToolCall, edited: dict, context: ToolContext) -> list[str]:
+    """What a reviewer's edit widens of the call as it stands, in sentences for people (empty: it only
+    narrows or rewords): a higher amount, or one that can no longer be told; another subject; an
+    argument that was not asked. A widened call is a new request: its editor counts as the one who
+    asked, so another reviewer's approval is needed."""
+    said = []
+    was, now = tools.amount_of(call.name, call.input), tools.amount_of(call.name, edited)
+    if was is not None and (now is None or now > was):
+        said.append(f"The amount goes from {dollars(was)} to {dollars(now) or 'an amount not told'}.")
+    elif was is None and now is not None:
+        said.append(f"The amount goes from none told to {dollars(now)}.")
+    subjects = [tools.subject_of(call.name, arguments, context) for arguments in (call.input, edited)]
+    if subjects[0] != subjects[1]:
+        said.append(f"What it acts on goes from {subjects[0] or 'nothing named'} to {subjects[1] or 'nothing named'}.")
+    added = sorted(set(edited) - set(call.input or {}))
+    if added:
+        said.append(f"It adds what was not asked: {', '.join(added)}.")
+    return said
+
+
 # --- the rules changed ---------------------------------------------------------------------------
 
 

@@ -182,6 +182,7 @@ def decide(
             "policy_version": (call.policy or {}).get("version"),
             "approvals": len(decisions.approvals_so_far(session, call)),
             "approvals_required": call.approvals_required,
+            "widened_by": call.widened_by_id,  # an edit that widened the call: its editor's approval counts not
             **decisions.source_of(call),
         },
     )
