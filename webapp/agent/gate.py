@@ -161,6 +161,16 @@ def weigh(session: Session, call: ToolCall, tools: ToolRegistry, context: ToolCo
         call.status = CallStatus.AWAITING_APPROVAL
 
 
+def threshold_passed(call: ToolCall) -> int | None:
+    """The amount rule's threshold a waiting call's amount is above, under the policy it was flagged
+    under (None: no amount rule, or not above it), for a page that asks before approving it."""
+    policy, amount = call.policy or {}, call.money_cents
+    threshold = policy.get("amount_threshold_cents")
+    if policy.get("mode") != "above_amount" or not isinstance(amount, int) or not isinstance(threshold, int):
+        return None
+    return threshold if amount > threshold else None
+
+
 def edit_widens(tools: ToolRegistry, call: ToolCall, edited: dict, context: ToolContext) -> list[str]:
     """What a reviewer's edit widens of the call as it stands, in sentences for people (empty: it only
     narrows or rewords): a higher amount, or one that can no longer be told; another subject; an

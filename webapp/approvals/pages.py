@@ -17,7 +17,7 @@ from markupsafe import Markup
 from sqlalchemy import select
 
 from webapp import audit_chain
-from webapp.agent import outside
+from webapp.agent import gate, outside
 from webapp.agent.decisions import approvals_so_far, arguments_hash, held_words, who
 from webapp.agent.states import CallStatus
 from webapp.approvals import actions as approvals
@@ -185,14 +185,11 @@ def _someone_else(call: ToolCall) -> str | None:
 def _confirm_approve(call: ToolCall) -> str | None:
     """The question the `a` key asks before approving an amount above its policy's limit (a click on
     the button needs no question: it is deliberate already)."""
-    policy, amount = call.policy or {}, call.money_cents
-    limit = policy.get("amount_threshold_cents")
-    if policy.get("mode") != "above_amount" or not isinstance(amount, int) or not isinstance(limit, int):
-        return None
-    if amount <= limit:
+    limit = gate.threshold_passed(call)
+    if limit is None:
         return None
     return (
-        f"Approve {money(amount)}, above the {money(limit)} that needs a person? "
+        f"Approve {money(call.money_cents)}, above the {money(limit)} that needs a person? "
         "Press a again to approve, any other key to cancel."
     )
 

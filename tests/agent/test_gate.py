@@ -1,0 +1,67 @@
+"""The gate is one module: no other module of the desk compares a call's amount with a threshold, a
+ceiling or a limit, or writes a tool's policy (issue 42). Read from the code, so a new door that weighs
+calls on its own fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GATE = ROOT / "webapp" / "agent" / "gate.py"
+POLICY_STORE = ROOT / "webapp" / "agent" / "policies.py"
+AMOUNTS = {"money_cents", "amount", "amount_cents"}  # a call's amount, as the code names it
+RULE_WORDS = ("threshold", "ceiling", "limit", "most_cents")  # a rule's number
+
+
+def _names(node: ast.AST) -> set[str]:
+    said = set()
+    for part in ast.walk(node):
+        if isinstance(part, ast.Name):
+            said.add(part.id)
+        elif isinstance(part, ast.Attribute):
+            said.add(part.attr)
+    return said
+
+
+def _weighs(compare: ast.Compare) -> bool:
+    """An order comparison with an amount on one side and a rule's number on the other."""
+    if not any(isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for op in compare.ops):
+        return False
+    sides = [compare.left, *compare.comparators]
+    amounts = [bool(_names(side) & AMOUNTS) for side in sides]
+    rules = [any(word in name for name in _names(side) for word in RULE_WORDS) for side in sides]
+    return any(a and r for i, a in enumerate(amounts) for j, r in enumerate(rules) if i != j)
+
+
+def _modules():
+    for path in sorted((ROOT / "webapp").rglob("*.py")):
+        if "migrations" not in path.parts:
+            yield path, ast.parse(path.read_text(), str(path))
+
+
+def test_only_the_gate_compares_a_calls_amount_with_a_threshold_a_ceiling_or_a_limit():
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path, tree in _modules()
+        if path != GATE
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare) and _weighs(node)
+    ]
+    assert found == []
+
+
+def test_the_check_finds_a_comparison_written_anywhere_else():
+    tree = ast.parse("if call.money_cents > policy.amount_threshold_cents:\n    pass\n")
+    assert any(isinstance(node, ast.Compare) and _weighs(node) for node in ast.walk(tree))
+
+
+def test_only_the_policy_store_writes_a_tools_policy():
+    writers = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path, tree in _modules()
+        if path != POLICY_STORE
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ToolPolicy"
+    ]
+    assert writers == []
