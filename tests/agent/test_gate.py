@@ -65,3 +65,19 @@ def test_only_the_policy_store_writes_a_tools_policy():
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ToolPolicy"
     ]
     assert writers == []
+
+
+def test_what_a_policy_reads_may_not_change_under_a_rule_that_runs_calls_by_it():
+    from webapp.agent import gate
+    from webapp.agent.policies import Limits, Policy
+
+    was, now = {"amount": "amount_cents", "amount_unit": "cents"}, {"amount": "fee_cents", "amount_unit": "cents"}
+    # Under "runs at once" the operator's ceiling reads the amount too: a remap could let a call past it.
+    assert gate.reading_loosenings(was, now, Policy("wire", "never", ceiling_cents=50_000))
+    assert gate.reading_loosenings(was, now, Policy("wire", "above_amount", 10_000, 1))
+    assert gate.reading_loosenings(was, {**was, "amount_unit": "dollars"}, Policy("wire", "above_amount", 10_000, 1))
+    assert gate.reading_loosenings({}, now, Policy("wire", "above_amount", 10_000, 1))  # gone and back
+    assert not gate.reading_loosenings(was, now, Policy("wire", "never"))  # nothing read
+    assert not gate.reading_loosenings(was, now, Policy("wire", "always", limits=Limits(tenant_day_cents=100)))
+    by_subject = Policy("wire", "above_amount", 10_000, 1, limits=Limits(subject_day_count=2))
+    assert gate.reading_loosenings({**was, "subject": "account"}, {**was, "subject": "memo"}, by_subject)

@@ -221,20 +221,30 @@ def loosenings(before: Policy, after: Policy) -> list[str]:
     return said
 
 
+def reads_money(policy: Policy) -> bool:
+    """Whether some call runs or waits by the money it moves under `policy` (an amount rule, a money
+    limit, the operator's ceiling), so that what is read as its amount may not change under it alone.
+    Under a rule that makes every call wait, nothing does now, and the next looser rule waits for a
+    second admin."""
+    return policy.mode != "always" and (policy.weighs_money() or policy.ceiling_cents is not None)
+
+
+def reads_subject(policy: Policy) -> bool:
+    """Whether some call runs or waits by what it acts on under `policy` (a limit per subject)."""
+    return policy.mode != "always" and policy.weighs_subject()
+
+
 def reading_loosenings(before: dict, after: dict, policy: Policy) -> list[str]:
     """What a change to how a tool's calls are read (which argument is the money and in what unit, which
     names the subject) loosens under `policy`, in sentences (empty: nothing). Any change of what the
     policy reads is looser, since some call would then be weighed on other numbers: when unsure, looser.
-    A reading unknown before (a tool that disappears and comes back) is `{}`. Under a rule that makes
-    every call wait, nothing waits less now, and the next looser rule waits for a second admin."""
-    if policy.mode == "always":
-        return []
+    A reading unknown before (a tool that disappears and comes back) is `{}`."""
     said = []
-    if policy.weighs_money() or policy.ceiling_cents is not None:
+    if reads_money(policy):
         for key, words in (("amount", "the argument read as the amount"), ("amount_unit", "the amount's unit")):
             if before.get(key) != after.get(key):
                 said.append(f"The policy weighs money, and {words} goes from {before.get(key)} to {after.get(key)}.")
-    if policy.weighs_subject() and before.get("subject") != after.get("subject"):
+    if reads_subject(policy) and before.get("subject") != after.get("subject"):
         said.append(
             f"The policy has a limit per subject, and the argument read as the subject goes from "
             f"{before.get('subject')} to {after.get('subject')}."
