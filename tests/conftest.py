@@ -52,6 +52,8 @@ RUNTIME_TABLES = [
     "assistant_settings",
     "decisions",
     "policy_changes",
+    "role_changes",
+    "user_keyings",
     "tool_ceilings",
     "tool_policies",
     "tool_access",

@@ -43,10 +43,19 @@ EMAIL_UNAVAILABLE = "that e-mail cannot be used for a new account; choose anothe
 
 
 def create_user(
-    session: Session, email: str, password: str, roles: list[str], tenant: Tenant, display_name: str = ""
+    session: Session,
+    email: str,
+    password: str,
+    roles: list[str],
+    tenant: Tenant,
+    display_name: str = "",
+    *,
+    withheld: str | None = None,
 ) -> User:
     """A new active user of the tenant; AccountError when the email, password or roles are not
-    acceptable. An e-mail already in use says so only when its person is of this same tenant."""
+    acceptable. An e-mail already in use says so only when its person is of this same tenant.
+    `withheld`: a role among those asked that the account does not get yet (the admin role, held for
+    a second admin); it may then hold no role until it is given."""
     if tenant.slug == OPERATIONS_SLUG:
         raise AccountError("the operations tenant holds only operators; make one with flask create-operator")
     email = _check_new_login(email, password)
@@ -56,7 +65,8 @@ def create_user(
     holder = session.scalar(select(User.tenant_id).where(User.email == email))
     if holder is not None:
         raise AccountError(f"a user with email {email} already exists" if holder == tenant.id else EMAIL_UNAVAILABLE)
-    return _add_user(session, email, password, sorted(set(roles), key=ROLES.index), tenant, display_name)
+    given = sorted(set(roles) - {withheld}, key=ROLES.index)
+    return _add_user(session, email, password, given, tenant, display_name)
 
 
 def tenant_of(session: Session, slug: str) -> Tenant | None:
@@ -293,16 +303,38 @@ def _clean_roles(roles) -> list[str]:
     return sorted(set(roles), key=ROLES.index)
 
 
-def set_roles(session: Session, user: User, roles, *, actor: User | None = None) -> list[str]:
+def set_roles(
+    session: Session, user: User, roles, *, actor: User | None = None, withheld: str | None = None
+) -> list[str]:
     """Give the user exactly these roles and return the roles they had before. AccountError for
-    unknown or no roles, or when an admin (actor) would remove their own admin role."""
+    unknown or no roles, or when an admin (actor) would remove their own admin role. `withheld`: a
+    role among those asked that is not given yet (the admin role, held for a second admin); the user
+    may then hold no role until it is given."""
     if user.is_operator:
         raise AccountError("an operator holds the operator role only, and no tenant role can be given to one")
     new_roles = _clean_roles(roles)
     if actor is not None and actor.id == user.id and user.has_role("admin") and "admin" not in new_roles:
         raise AccountError("you cannot remove your own admin role; ask another admin to do it")
     before = list(user.roles or [])
-    user.roles = new_roles  # a new list, so the JSON column sees the change
+    user.roles = [role for role in new_roles if role != withheld]  # a new list, so the JSON column sees it
+    session.flush()
+    return before
+
+
+def give_role(session: Session, user: User, role: str) -> list[str]:
+    """Add one role to the user's (a role held for four eyes, now approved); the roles before."""
+    if user.is_operator or role not in ROLES:
+        raise AccountError(f"the {role} role cannot be given to {user.email}")
+    before = list(user.roles or [])
+    user.roles = sorted({*before, role}, key=ROLES.index)
+    session.flush()
+    return before
+
+
+def take_role(session: Session, user: User, role: str) -> list[str]:
+    """Take one role from the user (they may then hold none); the roles before."""
+    before = list(user.roles or [])
+    user.roles = [each for each in before if each != role]
     session.flush()
     return before
 

@@ -99,6 +99,7 @@ EXPECTED = {
     "endpoints.update": {"operator"},
     "policy_changes.index": {"operator"},  # a tenant with one admin has its second pair of eyes here
     "policy_changes.decide": {"operator"},
+    "policy_changes.decide_role": {"operator"},  # the admin role asked for a person, beside the policies
     "endpoints.set_access": {"operator"},  # which tenants may use an endpoint: the operators' door, no admin's
     "ops_mcp.index": {"operator"},  # every tenant's MCP servers; only operators add a server the desk starts
     "ops_mcp.create": {"operator"},

@@ -1,22 +1,34 @@
 """What people do with accounts that the pages, the API and the command line share: API tokens
-(issue, list, revoke), unlocking an account that failed sign-ins locked, disabling a person, the
-tenant's notification channels, and the model endpoints that serve the tenant. Each checks who may
-do it, audits, and commits."""
+(issue, list, revoke), unlocking an account that failed sign-ins locked, disabling a person, making a
+person, their roles and password with the admin role held for four eyes (role changes: asked,
+approved or rejected by a second admin, withdrawn), the tenant's notification channels, and the
+model endpoints that serve the tenant. Each checks who may do it, audits, and commits."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain, identity, notify, outbound
+from webapp.accounts import four_eyes
 from webapp.config import Config
 from webapp.conversations import actions as conversation_actions
 from webapp.llm import endpoints
-from webapp.models import MAX_ROW_ID, ApiToken, NotificationChannel, NotificationDelivery, Tenant, User, utcnow
+from webapp.models import (
+    MAX_ROW_ID,
+    ROLES,
+    ApiToken,
+    NotificationChannel,
+    NotificationDelivery,
+    RoleChange,
+    Tenant,
+    User,
+    utcnow,
+)
 from webapp.web.errors import Refused
 
 NO_SUCH_TOKEN = "There is no such API token among yours (admins: among your organisation's)."
@@ -109,6 +121,305 @@ def disable_user(session: Session, admin: User, user: User) -> int | None:
     session.commit()
     conversation_actions.after_commit(stopped)
     return len(stopped)
+
+
+# --- people, and the admin role held for four eyes ------------------------------------------------
+#
+# Giving a person the admin role loosens the gate like a looser policy does: an admin made by one
+# admin could approve that admin's own changes. So an admin's grant of the admin role (on the users
+# page: a person's roles, or a new account asked with it) waits as a RoleChange for a second admin of
+# the tenant whose account the asker may not hold (four_eyes.why_not_decide), or an operator; and an
+# admin who resets another admin's password (or issues them a token) takes the admin role away at
+# once (a tightening) and asks for it back the same way. Taking the role away is immediate. The
+# operator's command line and the demo seed give roles at once: operators hold the host.
+
+ADMIN = four_eyes.ADMIN
+PENDING = "pending"
+MAX_REASON_CHARS = 2000
+# Why a role change was asked, in words after the asker's name.
+ROLE_CHANGE_WHY = {
+    "granted": "asked to give them the admin role",
+    "created": "made their account and asked for the admin role",
+    "password_reset": "reset their password, which took the admin role away until a second admin gives it back",
+    "token_issued": "issued them an API token, which took the admin role away until a second admin gives it back",
+}
+
+
+class RolesSaved(NamedTuple):
+    """What saving a person's roles did: the roles before; the admin role asked for them, waiting for a
+    second admin (None when none was asked, or they hold it); `waited` when that change was already
+    waiting before this save."""
+
+    before: list[str]
+    change: RoleChange | None
+    waited: bool = False
+
+
+class PasswordReset(NamedTuple):
+    """What a password reset did: the API tokens revoked, and the admin role taken away and asked back."""
+
+    tokens_revoked: int
+    change: RoleChange | None
+
+
+def create_user(
+    session: Session, admin: User, email: str, password: str, roles: list[str], display_name: str = ""
+) -> tuple[User, RoleChange | None]:
+    """A person of the admin's tenant who can sign in now (user_created). Asked with the admin role,
+    the account is made without it and a role change waits for a second admin. Committed. AccountError
+    (nothing written) says what is not acceptable; an IntegrityError (the same e-mail added meanwhile)
+    is the caller's to roll back."""
+    held = ADMIN if ADMIN in roles else None
+    user = identity.create_user(session, email, password, roles, admin.tenant, display_name, withheld=held)
+    four_eyes.keyed(session, user, admin, "created")
+    data = {"user_id": user.id, "email": user.email, "roles": list(user.roles)}
+    audit_chain.record(
+        session, "user_created", tenant_id=admin.tenant_id, actor=admin, data=data | ({"held": [ADMIN]} if held else {})
+    )
+    change = _ask_for_admin(session, admin, user, "created") if held else None
+    session.commit()
+    return user, change
+
+
+def set_roles(session: Session, admin: User, user: User, roles: list[str]) -> RolesSaved:
+    """Give the person exactly these roles: in force at once, but the admin role for someone who does
+    not hold it, which waits for a second admin (a change already waiting is kept, not asked twice).
+    Audited (user_roles_changed with before and after, role_change_requested) and committed.
+    AccountError (nothing written) for unknown or no roles, or an admin dropping their own admin role."""
+    grant = ADMIN in (roles or []) and not user.has_role(ADMIN)
+    before = identity.set_roles(session, user, roles, actor=admin, withheld=ADMIN if grant else None)
+    if before != user.roles:
+        _roles_changed(session, admin, user, before)
+    change, waited = None, False
+    if grant:
+        change = pending_role_change(session, user)
+        waited = change is not None
+        change = change or _ask_for_admin(session, admin, user, "granted")
+    session.commit()
+    return RolesSaved(before, change, waited)
+
+
+def reset_password(session: Session, admin: User, user: User, password: str) -> PasswordReset:
+    """Set the password the admin typed, end the person's sessions and revoke their API tokens
+    (user_password_reset). Another person's password is a re-keying: recorded, and an admin's admin
+    role is taken away at once and asked back from a second admin. Committed. AccountError (nothing
+    written) when the password is not acceptable."""
+    revoked = identity.reset_password(session, user, password)
+    audit_chain.record(
+        session,
+        "user_password_reset",
+        tenant_id=admin.tenant_id,
+        actor=admin,
+        data={"user_id": user.id, "email": user.email, "tokens_revoked": revoked},
+    )
+    change = rekeyed(session, admin, user, "password_reset")
+    session.commit()
+    return PasswordReset(revoked, change)
+
+
+def rekeyed(session: Session, actor: User | None, user: User, kind: str) -> RoleChange | None:
+    """`actor` set `user`'s credentials (`kind`: password_reset, token_issued): recorded, and if the
+    user is an admin, their admin role is taken away now and a role change asks for it back. Nothing
+    for the person themself or the command line (actor None). The caller commits."""
+    if actor is None or actor.id == user.id:
+        return None
+    four_eyes.keyed(session, user, actor, kind)
+    if not user.has_role(ADMIN):
+        return None
+    before = identity.take_role(session, user, ADMIN)
+    _roles_changed(session, actor, user, before, why=kind)
+    return pending_role_change(session, user) or _ask_for_admin(session, actor, user, kind)
+
+
+def pending_role_change(session: Session, user: User) -> RoleChange | None:
+    """The admin role change waiting for a second admin for this person, if any."""
+    return session.scalar(
+        select(RoleChange).where(RoleChange.user_id == user.id, RoleChange.status == PENDING).limit(1)
+    )
+
+
+def role_changes(session: Session, tenant_id: int | None, status: str | None = PENDING, limit: int = 200):
+    """The tenant's role changes (None: every tenant's), newest first."""
+    query = select(RoleChange).order_by(RoleChange.id.desc()).limit(limit)
+    if tenant_id is not None:
+        query = query.where(RoleChange.tenant_id == tenant_id)
+    if status is not None:
+        query = query.where(RoleChange.status == status)
+    return list(session.scalars(query))
+
+
+def find_role_change(session: Session, person: User | None, change_id: int, *, lock: bool = False) -> RoleChange:
+    """The role change, if `person` may see it (an admin: their tenant's; an operator or the command
+    line, None: any); 404 otherwise, so other tenants' ids reveal nothing."""
+    query = select(RoleChange).where(RoleChange.id == change_id)
+    if lock:
+        query = query.with_for_update()
+    change = session.scalar(query) if 1 <= change_id <= MAX_ROW_ID else None
+    if change is None or (person is not None and not person.is_operator and change.tenant_id != person.tenant_id):
+        raise Refused(404, "not_found", "There is no such role change in your organisation.")
+    return change
+
+
+def decide_role_change(
+    session: Session,
+    decider: User | None,
+    change_id: int,
+    decision: str,
+    reason: str | None = None,
+    *,
+    actor_label: str | None = None,
+) -> RoleChange:
+    """A second admin's (or an operator's) decision on a waiting role change: "approve" gives the
+    role (role_change_decided, then user_roles_changed naming who asked and who approved), "reject"
+    (with a reason) leaves the person without it. `decider` None is the operator's command line
+    (`actor_label` says so). Refused: 404 another tenant's or no such change, 403 a decider the asker's
+    account may hold or who may hold the asker's (four_eyes.why_not_decide), 409 decided already, 422
+    a bad decision or a rejection without a reason."""
+    change = find_role_change(session, decider, change_id, lock=True)
+    if change.status != PENDING:
+        raise Refused(409, "already_decided", role_change_said(change), at=change.decided_at)
+    if decider is not None:
+        why = four_eyes.why_not_decide(session, decider, change.requested_by_id)
+        if why is not None:
+            if decider.has_role(ADMIN) and not four_eyes.deciders(session, change.tenant_id, change.requested_by_id):
+                why += " " + four_eyes.only_the_operator(change.requested_by)
+            raise Refused(403, "not_allowed", why)
+    reason = (reason or "").strip() or None
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        raise Refused(422, "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters.")
+    if decision not in ("approve", "reject"):
+        raise Refused(422, "invalid_decision", 'The decision must be "approve" or "reject".')
+    if decision == "reject" and reason is None:
+        raise Refused(422, "reason_required", "Say why you reject the change; the admin who asked reads it.")
+    if decision == "reject":
+        _close_role_change(session, change, "rejected", decider, actor_label, reason)
+        session.commit()
+        return change
+    user = change.user
+    before = identity.give_role(session, user, change.role)
+    four_eyes.keyed(session, user, change.requested_by, "role_granted")
+    _close_role_change(session, change, "approved", decider, actor_label, reason)
+    if before != user.roles:
+        _roles_changed(session, decider, user, before, change=change, actor_label=actor_label)
+    session.commit()
+    return change
+
+
+def withdraw_role_change(session: Session, actor: User, change_id: int) -> RoleChange:
+    """The admin who asked takes a waiting role change back; the person stays without the role."""
+    change = find_role_change(session, actor, change_id, lock=True)
+    if change.status != PENDING:
+        raise Refused(409, "already_decided", role_change_said(change), at=change.decided_at)
+    if change.requested_by_id != actor.id:
+        raise Refused(
+            403, "not_allowed", "Only the admin who asked for a role change can withdraw it; you can reject it."
+        )
+    _close_role_change(session, change, "withdrawn", actor, None, None)
+    session.commit()
+    return change
+
+
+def role_change_why(change: RoleChange) -> str:
+    """Who asked for a role change and why, in a sentence for people."""
+    asker = change.requested_by.label if change.requested_by else "The command line"
+    return f"{asker} {ROLE_CHANGE_WHY.get(change.why, 'asked for the ' + change.role + ' role')}."
+
+
+def role_change_said(change: RoleChange) -> str:
+    """Why a role change can no longer be decided, in words whose "{at}" is when (Refused's `at`)."""
+    at = " at {at}" if change.decided_at else ""
+    if change.status == "withdrawn":
+        return f"This role change was withdrawn by the admin who asked for it{at}."
+    who = change.decided_by.label if change.decided_by else (change.decided_by_label or "the desk")
+    return f"This role change was already {change.status} by {who}{at}."
+
+
+def _ask_for_admin(session: Session, actor: User | None, user: User, why: str) -> RoleChange:
+    """A role change giving `user` the admin role, waiting for a second admin (role_change_requested)."""
+    change = RoleChange(
+        tenant_id=user.tenant_id,
+        user_id=user.id,
+        role=ADMIN,
+        why=why,
+        status=PENDING,
+        requested_by_id=actor.id if actor else None,
+        requested_at=utcnow(),
+    )
+    session.add(change)
+    session.flush()
+    audit_chain.record(
+        session,
+        "role_change_requested",
+        tenant_id=user.tenant_id,
+        actor=actor,
+        actor_label=None if actor else "command line",
+        data={
+            "change_id": change.id,
+            "user_id": user.id,
+            "email": user.email,
+            "role": ADMIN,
+            "why": why,
+            "before": list(user.roles),
+            "after": sorted({*user.roles, ADMIN}, key=ROLES.index),
+        },
+    )
+    return change
+
+
+def _close_role_change(
+    session: Session, change: RoleChange, status: str, decider: User | None, actor_label: str | None, reason
+) -> None:
+    change.status, change.decided_at, change.reason = status, utcnow(), reason
+    change.decided_by_id = decider.id if decider else None
+    change.decided_by_label = None if decider else (actor_label or "command line")
+    session.flush()
+    audit_chain.record(
+        session,
+        "role_change_decided",
+        tenant_id=change.tenant_id,
+        actor=decider,
+        actor_label=None if decider else change.decided_by_label,
+        data={
+            "change_id": change.id,
+            "decision": status,
+            "reason": reason,
+            "user_id": change.user_id,
+            "email": change.user.email,
+            "role": change.role,
+            "why": change.why,
+            "requested_by": change.requested_by.email if change.requested_by else None,
+        },
+    )
+
+
+def _roles_changed(
+    session: Session,
+    actor: User | None,
+    user: User,
+    before: list[str],
+    *,
+    why: str | None = None,
+    change: RoleChange | None = None,
+    actor_label: str | None = None,
+) -> None:
+    """user_roles_changed with before and after; a role given after four eyes names both people."""
+    data = {"user_id": user.id, "email": user.email, "before": before, "after": list(user.roles)}
+    if why is not None:
+        data["why"] = why
+    if change is not None:
+        data |= {
+            "change_id": change.id,
+            "requested_by": change.requested_by.email if change.requested_by else None,
+            "approved_by": actor.email if actor else (actor_label or "command line"),
+        }
+    audit_chain.record(
+        session,
+        "user_roles_changed",
+        tenant_id=user.tenant_id,
+        actor=actor,
+        actor_label=None if actor else (actor_label or "command line"),
+        data=data,
+    )
 
 
 # --- notification channels (the admin page /admin/notifications) -------------------------------

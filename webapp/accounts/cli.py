@@ -1,7 +1,10 @@
 """The people's and tenants' commands: `flask create-user`, `create-operator`, `create-token`,
-`revoke-token`, `tenant set-model`, `policy-change list|approve|reject` (the operator as the second pair
-of eyes) and `mcp add|list|sync|map|remove` (a tenant's MCP servers, webapp/tools/mcp.py). Their names
-and arguments are a contract."""
+`revoke-token`, `tenant set-model`, `policy-change list|approve|reject` and `role-change
+list|approve|reject` (the operator as the second pair of eyes) and `mcp add|list|sync|map|remove` (a
+tenant's MCP servers, webapp/tools/mcp.py). Their names and arguments are a contract.
+
+The command line is the operator's, who holds the host: `create-user --role admin` gives the role at
+once and `create-token` keys nobody (accounts/four_eyes.py records only what a person did)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from sqlalchemy import select
 
 from webapp import audit_chain, identity
 from webapp.accounts import actions as account_actions
-from webapp.accounts import mcp_actions, policy_actions
+from webapp.accounts import four_eyes, mcp_actions, policy_actions
 from webapp.identity import (
     MAX_TOKEN_DAYS,
     AccountError,
@@ -36,6 +39,7 @@ def register(app: Flask) -> None:
     _register_people(app)
     _register_tenants(app)
     _register_policy_changes(app)
+    _register_role_changes(app)
     _register_mcp(app)
 
 
@@ -268,6 +272,71 @@ def _register_policy_changes(app: Flask) -> None:
         decide(change_id, "reject", reason)
 
     app.cli.add_command(changes_group)
+
+
+def _register_role_changes(app: Flask) -> None:
+    """`flask role-change list|approve|reject`: the admin role asked for a person, decided by the
+    operator as the second pair of eyes (e.g. for a tenant with one admin)."""
+    group = AppGroup("role-change", help="The admin role asked for a person, waiting for a second pair of eyes.")
+
+    @group.command("list")
+    @click.option("--tenant", "slug", default=None, help="Only this tenant's changes.")
+    @click.option(
+        "--status",
+        type=click.Choice(("pending", "approved", "rejected", "withdrawn", "all")),
+        default="pending",
+        show_default=True,
+    )
+    def list_command(slug: str | None, status: str) -> None:
+        """The role changes (pending ones unless --status says otherwise), newest first."""
+        tenant_id = None
+        if slug is not None:
+            tenant = identity.tenant_of(db.session, slug)
+            if tenant is None:
+                raise click.UsageError(f"There is no tenant {slug.strip()!r}.")
+            tenant_id = tenant.id
+        rows = account_actions.role_changes(db.session, tenant_id, None if status == "all" else status)
+        if not rows:
+            click.echo(f"No {'' if status == 'all' else status + ' '}role changes.")
+        slugs = dict(db.session.execute(select(Tenant.id, Tenant.slug)).all())
+        for change in rows:
+            asked = change.requested_by.email if change.requested_by else "the command line"
+            deciders = four_eyes.deciders(db.session, change.tenant_id, change.requested_by_id)
+            who = ", ".join(person.email for person in deciders) or "only the operator"
+            click.echo(
+                f"#{change.id} {slugs.get(change.tenant_id)} {change.role} for {change.user.email}: {change.status}; "
+                f"asked by {asked} {change.requested_at:%Y-%m-%d %H:%M} UTC; may decide: {who}"
+            )
+            click.echo(f"  {account_actions.role_change_why(change)}")
+
+    def decide(change_id: int, decision: str, reason: str | None) -> None:
+        try:
+            change = account_actions.decide_role_change(
+                db.session, None, change_id, decision, reason, actor_label="command line"
+            )
+        except Refused as exc:
+            db.session.rollback()
+            raise click.UsageError(exc.message) from None
+        if change.status == "approved":
+            click.echo(f"Approved #{change_id}: {change.user.email} has the roles {', '.join(change.user.roles)}.")
+        else:
+            click.echo(f"Rejected #{change_id}; {change.user.email} stays without the {change.role} role.")
+
+    @group.command("approve")
+    @click.argument("change_id", type=click.IntRange(min=1))
+    @click.option("--reason", default=None)
+    def approve_command(change_id: int, reason: str | None) -> None:
+        """Give the role (the second pair of eyes, e.g. for a tenant with one admin)."""
+        decide(change_id, "approve", reason)
+
+    @group.command("reject")
+    @click.argument("change_id", type=click.IntRange(min=1))
+    @click.option("--reason", required=True, help="Why; the admin who asked reads it.")
+    def reject_command(change_id: int, reason: str) -> None:
+        """Leave the person without the role."""
+        decide(change_id, "reject", reason)
+
+    app.cli.add_command(group)
 
 
 def _register_mcp(app: Flask) -> None:

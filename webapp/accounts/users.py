@@ -2,8 +2,15 @@
 enables them, resets their passwords, unlocks an account that failed sign-ins locked, and sees and
 revokes their API tokens. Every change is audited.
 
+The admin role needs four eyes (accounts/actions.py, four_eyes.py): given by an admin (a person's
+roles, a new account asked with it) or given back after an admin reset another admin's password, it
+waits in "Waiting for a second admin" for another admin whose account the asker may not hold, who
+approves or rejects it there; the asker may withdraw it. The page says when only the desk's operator
+can decide (/ops/policy-changes, `flask role-change`).
+
 Each row action works as a plain form POST (redirect back with a flash message) and with htmx (the
-HX-Request header): then the answer is the updated row fragment, templates/accounts/_user_row.html.
+HX-Request header): then the answer is the updated row fragment, templates/accounts/_user_row.html
+(or, when the admin role now waits for a second admin, the whole page again, which lists it).
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ from wtforms.validators import DataRequired, Length, ValidationError
 from wtforms.widgets import CheckboxInput, ListWidget
 
 from webapp import audit_chain, identity
-from webapp.accounts import actions
+from webapp.accounts import actions, four_eyes
 from webapp.identity import EMAIL_RE, AccountError
-from webapp.models import ROLES, User
+from webapp.models import ROLES, RoleChange, User
 from webapp.runtime.extensions import db
-from webapp.web.htmx import is_htmx
+from webapp.web.errors import Refused
+from webapp.web.htmx import go_to, is_htmx
 from webapp.web.security import account_locked, begin_session, roles_required, unlock_account
 
 bp = Blueprint("users", __name__, url_prefix="/admin/users")
@@ -104,29 +112,23 @@ def create_user():
     form = CreateUserForm()
     if not form.validate_on_submit():
         return _users_page(form), 422
-    admin = _admin()
     try:
-        user = identity.create_user(
+        user, change = actions.create_user(
             db.session,
+            _admin(),
             form.email.data,
             form.password.data,
             form.roles.data,
-            admin.tenant,
-            display_name=form.display_name.data or "",
+            form.display_name.data or "",
         )
-        audit_chain.record(
-            db.session,
-            "user_created",
-            tenant_id=admin.tenant_id,
-            actor=admin,
-            data={**_target(user), "roles": list(user.roles)},
-        )
-        db.session.commit()
     except (AccountError, IntegrityError) as exc:  # IntegrityError: the same email added meanwhile
         db.session.rollback()
         message = _sentence(str(exc) if isinstance(exc, AccountError) else identity.EMAIL_UNAVAILABLE)
         form.form_errors.append(message)
         return _users_page(form), 422
+    if change is not None:
+        flash(f"{user.email} is added and can sign in now; {ADMIN_WAITS}", "info")
+        return redirect(url_for(".index", _anchor=f"role-change-{change.id}"), 303)
     flash(f"{user.email} is added and can sign in now.", "info")
     return redirect(url_for(".index", _anchor=f"user-{user.id}"), 303)
 
@@ -137,14 +139,16 @@ def set_roles(user_id: int):
     """Give the user exactly the checked roles."""
     user = _tenant_user(user_id)
     try:
-        before = identity.set_roles(db.session, user, request.form.getlist("roles"), actor=_admin())
+        saved = actions.set_roles(db.session, _admin(), user, request.form.getlist("roles"))
     except AccountError as exc:
         return _failed(user, exc)
-    if before == user.roles:
-        return _done(user, f"{user.email} keeps the roles {', '.join(user.roles)}.")
-    _record("user_roles_changed", user, before=before, after=list(user.roles))
-    db.session.commit()
-    return _done(user, f"{user.email} now has the roles {', '.join(user.roles)}.")
+    held = ", ".join(user.roles) if user.roles else "no role"
+    if saved.change is not None:
+        roles = f"{user.email} {'keeps' if saved.before == user.roles else 'now has'} {_roles_words(user)} for now; "
+        return _waits(saved.change, roles + (ADMIN_WAITED if saved.waited else ADMIN_WAITS))
+    if saved.before == user.roles:
+        return _done(user, f"{user.email} keeps the roles {held}.")
+    return _done(user, f"{user.email} now has the roles {held}.")
 
 
 @bp.post("/<int:user_id>/disable")
@@ -183,15 +187,22 @@ def reset_password(user_id: int):
     user = _tenant_user(user_id)
     admin = _admin()
     try:
-        revoked = identity.reset_password(db.session, user, request.form.get("password", ""))
+        reset = actions.reset_password(db.session, admin, user, request.form.get("password", ""))
     except AccountError as exc:
         return _failed(user, exc)
-    _record("user_password_reset", user, tokens_revoked=revoked)
     if user.id == admin.id:
         begin_session(user)  # the reset ended every session of theirs; keep this one, the one that asked
-    db.session.commit()
+        db.session.commit()
+    revoked = reset.tokens_revoked
     tokens = f" and {revoked} API token{'s' if revoked != 1 else ''} revoked" if revoked else ""
-    return _done(user, f"{user.email} has a new password; their open sessions ended{tokens}.")
+    said = f"{user.email} has a new password; their open sessions ended{tokens}."
+    if reset.change is not None:
+        return _waits(
+            reset.change,
+            f"{said[:-1]}. You know their password now, so their admin role is taken away until a second admin "
+            "gives it back (four eyes).",
+        )
+    return _done(user, said)
 
 
 @bp.post("/<int:user_id>/unlock")
@@ -207,6 +218,74 @@ def unlock(user_id: int):
     if was_locked:
         return _done(user, f"{user.email} is unlocked and can sign in again now.")
     return _done(user, f"{user.email} was not locked; nothing changed.")
+
+
+# --- the admin role, waiting for a second admin ----------------------------------------------------
+
+ADMIN_WAITS = "the admin role waits for a second admin (four eyes): see “Waiting for a second admin”."
+ADMIN_WAITED = "the admin role asked for them already waits for a second admin: see “Waiting for a second admin”."
+
+
+@bp.post("/role-changes/<int:change_id>")
+@roles_required("admin")
+def decide_role_change(change_id: int):
+    """Another admin approves or rejects the admin role asked for a person."""
+    form = request.form
+    try:
+        unknown = set(form) - {"csrf_token", "decision", "reason"}
+        if unknown:
+            raise Refused(422, "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
+        change = actions.decide_role_change(
+            db.session, _admin(), change_id, form.get("decision", ""), form.get("reason", "")
+        )
+    except Refused as exc:
+        db.session.rollback()
+        return _users_page(CreateUserForm(formdata=None), change_refusal=(change_id, exc, form.get("reason", ""))), (
+            exc.status
+        )
+    if change.status == "approved":
+        flash(f"Approved: {change.user.email} is an admin now.", "info")
+    else:
+        flash(f"Rejected: {change.user.email} stays without the admin role.", "info")
+    return redirect(url_for(".index", _anchor=f"user-{change.user_id}"), 303)
+
+
+@bp.post("/role-changes/<int:change_id>/withdraw")
+@roles_required("admin")
+def withdraw_role_change(change_id: int):
+    """The admin who asked for the admin role takes it back."""
+    try:
+        change = actions.withdraw_role_change(db.session, _admin(), change_id)
+    except Refused as exc:
+        db.session.rollback()
+        return _users_page(CreateUserForm(formdata=None), change_refusal=(change_id, exc, "")), exc.status
+    flash(f"Withdrew the admin role asked for {change.user.email}; they stay without it.", "info")
+    return redirect(url_for(".index", _anchor=f"user-{change.user_id}"), 303)
+
+
+def _waits(change: RoleChange, message: str):
+    """After a change that left the admin role waiting: the page again, which lists it (htmx loads it whole)."""
+    flash(message, "info")
+    return go_to(url_for(".index", _anchor=f"role-change-{change.id}"))
+
+
+def _roles_words(user: User) -> str:
+    return f"the roles {', '.join(user.roles)}" if user.roles else "no role"
+
+
+def _waiting(changes: list[RoleChange]) -> dict[int, dict]:
+    """For each waiting role change: whether the admin looking may decide it, and if not why, and
+    whether only the desk's operator can."""
+    me = _admin()
+    said = {}
+    for change in changes:
+        why = four_eyes.why_not_decide(db.session, me, change.requested_by_id)
+        nobody = not four_eyes.deciders(db.session, change.tenant_id, change.requested_by_id)
+        said[change.id] = {
+            "why_not": why,
+            "operator_only": four_eyes.only_the_operator(change.requested_by) if nobody else None,
+        }
+    return said
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -233,6 +312,17 @@ def _record(action: str, user: User, **data) -> None:
     audit_chain.record(db.session, action, tenant_id=admin.tenant_id, actor=admin, data={**_target(user), **data})
 
 
+def _row(user: User, **context) -> str:
+    return render_template(
+        "accounts/_user_row.html",
+        user=user,
+        roles=ROLES,
+        locked=account_locked(user.email),
+        admin_waits=actions.pending_role_change(db.session, user) is not None,
+        **context,
+    )
+
+
 def _sentence(message: str) -> str:
     message = message.strip()
     return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
@@ -240,9 +330,7 @@ def _sentence(message: str) -> str:
 
 def _done(user: User, message: str):
     if is_htmx():
-        return render_template(
-            "accounts/_user_row.html", user=user, roles=ROLES, notice=message, locked=account_locked(user.email)
-        )
+        return _row(user, notice=message, error=None)
     flash(message, "info")
     return redirect(url_for(".index", _anchor=f"user-{user.id}"), 303)
 
@@ -252,10 +340,7 @@ def _failed(user: User, exc: AccountError):
     message = _sentence(str(exc))
     if is_htmx():
         # 422, which the base template's htmx config swaps (webapp/web/htmx.py): the row shows the error.
-        row = render_template(
-            "accounts/_user_row.html", user=user, roles=ROLES, error=message, locked=account_locked(user.email)
-        )
-        return row, 422
+        return _row(user, error=message, notice=None), 422
     return _users_page(CreateUserForm(formdata=None), row_errors={user.id: message}), 422
 
 
@@ -267,9 +352,13 @@ def _first_wrong(form: CreateUserForm) -> str | None:
     return next((name for name in ("email", "display_name", "roles", "password") if form[name].errors), None)
 
 
-def _users_page(form: CreateUserForm, row_errors: dict[int, str] | None = None) -> str:
+def _users_page(
+    form: CreateUserForm, row_errors: dict[int, str] | None = None, change_refusal: tuple | None = None
+) -> str:
+    """The page; `change_refusal`: (role change id, Refused, the reason typed) said beside that change."""
     users = db.session.scalars(select(User).where(User.tenant_id == current_user.tenant_id).order_by(User.email)).all()
     locked = {user.id for user in users if account_locked(user.email)}
+    waiting = actions.role_changes(db.session, current_user.tenant_id)
     return render_template(
         "accounts/users.html",
         users=users,
@@ -278,4 +367,9 @@ def _users_page(form: CreateUserForm, row_errors: dict[int, str] | None = None) 
         first_wrong=_first_wrong(form),
         row_errors=row_errors or {},
         locked_ids=locked,
+        waiting=waiting,
+        waiting_said=_waiting(waiting),
+        admin_waits_ids={change.user_id for change in waiting},
+        change_refusal=change_refusal,
+        why_words=actions.role_change_why,
     )

@@ -231,8 +231,9 @@ def signed_in(view):
 
 
 def anyone_signed_in(view):
-    """Any signed-in person, operators too (the home page, signing out)."""
-    return roles_required(*ROLES, OPERATOR)(view)
+    """Any signed-in person, operators too (the home page, signing out), and a person who holds no
+    role for now (the admin role asked for them waits for a second admin)."""
+    return roles_required(*ROLES, OPERATOR, or_no_role=True)(view)
 
 
 def public(view):
@@ -241,9 +242,9 @@ def public(view):
     return view
 
 
-def roles_required(*roles: str):
-    """A page for signed-in people holding at least one of these roles; others get 403, and
-    signed-out visitors are sent to sign in."""
+def roles_required(*roles: str, or_no_role: bool = False):
+    """A page for signed-in people holding at least one of these roles (`or_no_role`: or none at
+    all); others get 403, and signed-out visitors are sent to sign in."""
 
     def decorate(view):
         @wraps(view)
@@ -252,7 +253,7 @@ def roles_required(*roles: str):
                 if is_htmx():  # htmx would swap the sign-in page into a fragment: send the page there
                     return make_response("", 401, redirect=url_for("auth.login", next=_page_of_fragment()))
                 return login_manager.unauthorized()
-            if not any(current_user.has_role(role) for role in roles):
+            if not any(current_user.has_role(role) for role in roles) and not (or_no_role and not current_user.roles):
                 abort(403, description=f"This page is for people with the {' or '.join(roles)} role.")
             return view(*args, **kwargs)
 
