@@ -46,7 +46,9 @@ def in_force(api, policy):
     declared = declare(api, policy=policy)
     assert declared.status_code == 200, declared.json
     if declared.json["change"]:
-        decided = api.as_(ADMIN2).post(f"/api/policy-changes/{declared.json['change']['id']}", json={"decision": "approve"})
+        decided = api.as_(ADMIN2).post(
+            f"/api/policy-changes/{declared.json['change']['id']}", json={"decision": "approve"}
+        )
         assert decided.status_code == 200, decided.json
     return declared
 
@@ -170,7 +172,9 @@ def test_an_edit_that_raises_the_amount_and_changes_the_account_needs_another_re
 
 
 @pytest.mark.parametrize(
-    "edit", [{"account": "ACME-17", "fee_cents": 5}, {"account": "OTHER-2"}], ids=["adds-an-argument", "another-subject"]
+    "edit",
+    [{"account": "ACME-17", "fee_cents": 5}, {"account": "OTHER-2"}],
+    ids=["adds-an-argument", "another-subject"],
 )
 def test_an_edit_that_adds_an_argument_or_names_another_subject_needs_another_reviewer(api, read, edit):
     in_force(api, {"mode": "always"})
@@ -184,3 +188,13 @@ def test_an_edit_that_lowers_the_amount_stays_one_step(api, read):
     call = ask(api, "wire-lower", amount_cents=200_000).json
     assert decide(api, REVIEWER, call, input={"amount_cents": 150_000, "account": "ACME-17"}).status_code == 200
     assert api.as_(AGENT).get(f"/api/calls/{call['id']}").json["status"] == "approved"
+
+
+def test_an_approval_without_the_arguments_it_approves_is_refused_once_a_reviewer_edited_the_call(api, read):
+    in_force(api, {"mode": "always"})
+    call = ask(api, "edited-then-bare", amount_cents=200_000).json
+    widened = {"amount_cents": 900_000, "account": "ACME-17"}
+    assert decide(api, REVIEWER, call, input=widened).status_code == 200
+    bare = api.as_(REVIEWER2).post(f"/api/approvals/{call['id']}", json={"decision": "approve"})
+    assert bare.status_code == 409 and bare.json["error"] == "arguments_changed", bare.json
+    assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"

@@ -154,6 +154,12 @@ def test_selecting_nothing_or_no_decision_decides_nothing_and_says_what_to_do(ap
     )
     said = unescape(reviewer.get(odd.location).get_data(as_text=True))
     assert "#99999999999: “99999999999:ab” names no call." in said and "#x: “x:1” names no call." in said
+    bare = reviewer.post(
+        "/approvals/bulk", data={"csrf_token": token, "call": pick.split(":")[0], "decision": "approve"}
+    )
+    assert "sent without the arguments it was shown with; reload." in unescape(
+        reviewer.get(bare.location).get_data(as_text=True)
+    )  # never whatever the call became since it was shown
     no_reason = reviewer.post("/approvals/bulk", data={"csrf_token": token, "call": pick, "decision": "reject"})
     assert "Say why you reject this call" in unescape(reviewer.get(no_reason.location).get_data(as_text=True))
     db.session.remove()

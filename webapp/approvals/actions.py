@@ -145,6 +145,14 @@ def decide(
         problems = edit_problems(session, call, edited_input)
         if problems:
             raise EditRefused(problems)
+    if not arguments_seen and call.original_input is not None and decision == "approve":
+        # an approval that names no arguments approves only the ones the call was asked with
+        raise Refused(
+            409,
+            "arguments_changed",
+            "A reviewer edited this call's arguments since it was asked: send the arguments_hash of the "
+            "arguments you approve (read the call again to see them).",
+        )
     seen = arguments_seen or decisions.arguments_hash(call.input)
     asked = call.input
     try:

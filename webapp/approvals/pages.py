@@ -116,6 +116,8 @@ def decide_many():
             try:
                 if not (number.isdigit() and int(number) <= inbox.LARGEST_ID):  # (ids are 32-bit)
                     raise Refused(422, "invalid_field", f"“{value[:20]}” names no call.")
+                if not seen:  # each call is decided as it was shown, never as it became since
+                    raise Refused(409, "arguments_changed", "sent without the arguments it was shown with; reload.")
                 done.append(
                     approvals.decide(db.session, current_user, int(number), decision, form.get("reason", ""), seen)
                 )
