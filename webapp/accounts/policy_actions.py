@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
+from webapp.accounts import four_eyes
 from webapp.agent import gate, policies
 from webapp.agent.policies import Policy
 from webapp.models import MAX_ROW_ID, PolicyChange, User, utcnow
@@ -132,6 +133,10 @@ def decide(
             "You asked for this change, so another admin of your organisation decides it (four eyes). "
             + (ONE_ADMIN if admin_count(session, change.tenant_id) < 2 else ""),
         )
+    if decider is not None and decision == "approve":  # a loosening: never by an account the asker may hold
+        refused = four_eyes.why_not_decide(session, decider, change.requested_by_id)
+        if refused:
+            raise Refused(403, "not_allowed", refused)
     reason = (reason or "").strip() or None
     if reason is not None and len(reason) > MAX_REASON_CHARS:
         raise Refused(422, "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters.")
