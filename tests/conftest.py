@@ -46,6 +46,7 @@ RUNTIME_TABLES = [
     "external_tools",
     "mcp_tools",
     "mcp_servers",
+    "secret_grants",
     "user_sessions",
     "model_calls",
     "summaries",

@@ -89,6 +89,7 @@ def _register_features(app: Flask) -> None:
     from webapp.ops import health, metrics, policy_changes
     from webapp.ops import mcp_servers as mcp_server_pages
     from webapp.ops import pages as ops
+    from webapp.ops import secrets as secret_pages
     from webapp.runs import pages as runs
     from webapp.web import security
 
@@ -115,6 +116,7 @@ def _register_features(app: Flask) -> None:
     app.register_blueprint(endpoint_pages.bp)  # the operators' model endpoints
     app.register_blueprint(policy_changes.bp)  # the operators' second pair of eyes on policies
     app.register_blueprint(mcp_server_pages.bp)  # the operators' MCP servers: every tenant's, and commands
+    app.register_blueprint(secret_pages.bp)  # the operators' secrets granted to tenants
     metrics.init_app(app)
     app.context_processor(lambda: {"nav_items": navigation.nav_items()})
     cli.register(app)

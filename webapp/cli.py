@@ -20,7 +20,7 @@ from webapp.runtime.extensions import db
 def register(app: Flask) -> None:
     accounts.register(app)  # create-user, create-operator, create-token, revoke-token, tenant, policy-change, mcp
     audit.register(app)  # audit verify, audit anchor
-    ops.register(app)  # endpoint, ceiling
+    ops.register(app)  # endpoint, ceiling, secret
     runs.register(app)  # run-batch
     runtime.register(app)  # worker, desk scheduler, desk redis, sweep
     _register_demo(app)  # seed-demo, outbox, audit generate

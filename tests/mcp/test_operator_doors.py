@@ -1,8 +1,9 @@
 """Invariant 11 for MCP servers: nothing a tenant's admin types starts a process on the desk's host or
 sends the desk's environment to a server. Commands, a started server's variables and any $VARIABLE
-are the operator's (the command line, /ops/mcp); a tenant's admin may name only variables starting
-with MCP_SECRET_PREFIX. Every refused or failed add is audited. Rows stored before these doors were
-closed are never started, nor their variables read, until an operator sets them again."""
+are the operator's (the command line, /ops/mcp); a tenant's admin may name only the secrets the operator
+granted to their tenant (tests/mcp/test_secret_grants.py). Every refused or failed add is audited. Rows
+stored before these doors were closed are never started, nor their variables read, until an operator
+sets them again."""
 
 from __future__ import annotations
 
@@ -172,7 +173,7 @@ def test_a_header_naming_a_variable_of_the_desk_is_refused_on_the_page_and_never
     said = unescape(refused.text)
     assert refused.status_code == 422
     assert '"X-Leak: $PATH" would send the desk\'s environment variable PATH to the server' in said
-    assert "A tenant's admin may name only variables whose names start with MCP_SECRET_" in said
+    assert "a tenant's admin may name only the secrets granted to their tenant (no secret is granted to it)" in said
     assert "X-Leak: $PATH</textarea>" in said  # kept, to fix
     assert servers() == []
     assert not any("x-leak" in request for request in warehouse.requests_headers())
@@ -181,8 +182,9 @@ def test_a_header_naming_a_variable_of_the_desk_is_refused_on_the_page_and_never
     assert event.data["headers"] == ["X-Leak"] and os.environ["PATH"] not in json.dumps(event.data)
 
 
-def test_a_variable_with_the_secret_prefix_is_read_for_a_tenant_admin_and_delivered(app, warehouse, monkeypatch):
+def test_a_secret_granted_to_the_tenant_is_read_for_its_admin_and_delivered(app, cli, warehouse, monkeypatch):
     monkeypatch.setenv("MCP_SECRET_WAREHOUSE", "t0ken-from-the-desk")
+    assert cli("secret", "grant", "MCP_SECRET_WAREHOUSE", "--tenant", "acme").exit_code == 0
     admin = sign_in(app, ADMIN)
     added = admin.post(
         "/admin/mcp", {"name": "warehouse", "url": warehouse.url, "headers": "X-Key: $MCP_SECRET_WAREHOUSE"}
@@ -204,7 +206,7 @@ def test_a_header_an_admin_stored_before_the_doors_is_not_read_and_the_call_says
 
     stored_before_the_doors("warehouse", url=warehouse.url, headers=[{"name": "X-Leak", "env": "PATH"}])
     admin = sign_in(app, ADMIN)
-    assert "X-Leak (from $PATH, which only the operator may name: not sent)" in admin.get("/admin/mcp").text
+    assert "X-Leak (from $PATH, a secret not granted to this tenant: not sent)" in admin.get("/admin/mcp").text
     synced = admin.post("/admin/mcp/warehouse/sync")
     assert synced.status_code == 422
     assert "The X-Leak header of the MCP server warehouse reads $PATH" in unescape(synced.text)

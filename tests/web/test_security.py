@@ -80,6 +80,7 @@ EXPECTED = {
     "api.list_external_tools": {"admin"},
     "api.declare_external_tool": {"admin"},
     "api.remove_external_tool": {"admin"},
+    "api.list_secrets": {"admin"},  # the names of the secrets granted to the tenant, for its MCP servers' headers
     "api.ask_call": {"agent"},  # an outside agent asks with a token of a person with the agent role
     "api.get_call": EVERYONE,  # agents their own calls; reviewers, auditors and admins the tenant's
     "api.report_call": {"agent"},
@@ -104,6 +105,9 @@ EXPECTED = {
     "ops_mcp.index": {"operator"},  # every tenant's MCP servers; only operators add a server the desk starts
     "ops_mcp.create": {"operator"},
     "ops_mcp.remove": {"operator"},
+    "ops_secrets.index": {"operator"},  # the secrets granted to tenants: only operators grant or revoke one
+    "ops_secrets.grant": {"operator"},
+    "ops_secrets.revoke": {"operator"},
 }
 # Pages that answer a signed-out request 401 (for a bearer token), not with the sign-in redirect.
 TOKEN_PAGES = {"metrics.metrics"}

@@ -5,7 +5,9 @@ and committed; an McpError (a sentence saying what to fix) leaves nothing writte
 failed add is rolled back and then audited (`mcp_server_add_refused`) in a transaction of its own,
 so an attempt to open a door of the operator's leaves its trace. Who may give a command, its
 variables, or name any $VARIABLE is decided here from the actor: the command line (no actor) and
-operators only. The catalogue itself is webapp/tools/mcp.py."""
+operators only; a tenant's admin names only the secrets the operator granted to the tenant
+(webapp/secret_grants.py), and a header naming one that is not granted (any more) fails a sync in
+words, audited (`mcp_secret_refused`) with nothing sent. The catalogue itself is webapp/tools/mcp.py."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from sqlalchemy.orm import Session
 from webapp import audit_chain
 from webapp.accounts import policy_actions
 from webapp.accounts.actions import audit_refused_address
-from webapp.agent import policies
+from webapp.agent import gate, policies
 from webapp.models import McpServer, McpTool, PolicyChange, ToolPolicy, User
 from webapp.runtime.services import services
 from webapp.tools import mcp
@@ -107,7 +109,8 @@ def add(
         return work()
     except McpError as exc:
         session.rollback()
-        refused_add(session, tenant_id, actor, name, str(exc), **attempt)
+        secret = exc.variable if isinstance(exc, mcp.SecretRefused) else None
+        refused_add(session, tenant_id, actor, name, str(exc), secret=secret, **attempt)
         audit_refused_address(session, exc, "mcp server", tenant_id, actor, None if actor else "command line")
         raise
     except (IntegrityError, DataError) as error:
@@ -132,10 +135,12 @@ def refused_add(
     headers: list[str] = (),
     environment: list[str] = (),
     tenant: str | None = None,
+    secret: str | None = None,
 ) -> None:
     """Audit an add that was refused or failed, in a transaction of its own (the caller rolled the
     attempt back): who, the name, the URL or command, the names of the headers and variables (never
-    a value) and why. `tenant_id` None: no such tenant (`tenant` is what was typed), the global chain."""
+    a value) and why. `tenant_id` None: no such tenant (`tenant` is what was typed), the global chain.
+    `secret`: the variable a header named that is not granted to the tenant (its name only)."""
     data = {
         "server": _storable((name or "").strip()),
         "url": _storable((url or "").strip()) or None,
@@ -146,6 +151,8 @@ def refused_add(
     }
     if tenant is not None:
         data["tenant"] = _storable(tenant)
+    if secret is not None:
+        data["secret"] = secret
     _audit(session, "mcp_server_add_refused", tenant_id, actor, data)
     session.commit()
 
@@ -162,6 +169,9 @@ def _names(lines: list[str]) -> list[str]:
 
 
 def sync(session: Session, tenant_id: int, actor: User | None, name: str) -> SyncReport:
+    """Read the server's tools again (audited). A header that names a secret not granted to the tenant
+    fails it before anything is sent, audited as `mcp_secret_refused` in a transaction of its own."""
+
     def work():
         report = mcp.sync_server(
             session,
@@ -175,7 +185,12 @@ def sync(session: Session, tenant_id: int, actor: User | None, name: str) -> Syn
         session.commit()
         return report
 
-    return _undone(session, work)
+    try:
+        return _undone(session, work)
+    except mcp.SecretRefused as refused:
+        _audit(session, "mcp_secret_refused", tenant_id, actor, refused.audit_data("sync"))
+        session.commit()
+        raise
 
 
 def accept(session: Session, tenant_id: int, actor: User | None, tool_name: str) -> PolicyChange | None:
@@ -202,7 +217,7 @@ def accept(session: Session, tenant_id: int, actor: User | None, tool_name: str)
                     data["policy_tightened"] = policies.apply_policy(session, tenant_id, stricter, None).snapshot()
             else:  # the tool's default: keep the one in force if the new default would let calls wait less
                 default = policies.default_policy(changed, before.ceiling_cents)
-                loosens = policies.loosenings(before, default)
+                loosens = gate.loosenings(before, default)
                 if loosens:
                     kept = policies.apply_policy(session, tenant_id, replace(before, version=1), _id(actor))
                     data |= {"policy_kept": kept.snapshot(), "policy_change_asked": loosens}
@@ -244,8 +259,8 @@ def map_tool(
             subject=subject,
             facts_tool=facts_tool,
             facts_arguments=facts_arguments,
-            weighs_money=policy is not None and policy.weighs_money(),
-            weighs_subject=policy is not None and policy.weighs_subject(),
+            weighs_money=policy is not None and gate.reads_money(policy),
+            weighs_subject=policy is not None and gate.reads_subject(policy),
         )
         _audit(session, "mcp_tool_mapped", tenant_id, actor, {"before": before, "after": after}, tool_name)
         session.commit()
@@ -265,7 +280,7 @@ def gate_preview(session: Session, tenant_id: int, row: McpTool) -> list[str]:
     default = policies.default_policy(changed, before.ceiling_cents)
     if changed.sensitive and before.mode == "never":
         said.append("Accepting makes every call of it wait for one approval from then on.")
-    elif policies.loosenings(before, default):
+    elif gate.loosenings(before, default):
         said.append(
             f"Accepting keeps its policy ({before.describe()}). Letting its calls run at once, as its new hints "
             "would by default, is then a policy change that another admin has to approve."

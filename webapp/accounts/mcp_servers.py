@@ -1,5 +1,6 @@
 """The MCP servers admin page: a tenant's servers with their tools and what each does by default,
-adding one at a URL (headers whose values are never shown back), syncing, removing, and the tools
+adding one at a URL (headers whose values are never shown back; a $NAME only among the secrets the
+desk's operator granted to the tenant, which the form lists by name), syncing, removing, and the tools
 held because their server changed them: what changed, side by side, and Accept. Servers the desk
 starts are listed (an operator added them, on /ops/mcp or the command line) but never added here: a
 form that carries a command, or any field the form does not have, is refused in words and audited,
@@ -15,6 +16,7 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy import select
 
+from webapp import secret_grants
 from webapp.accounts import mcp_actions
 from webapp.models import McpServer
 from webapp.runtime.extensions import db
@@ -171,13 +173,14 @@ def _page(error: str | None = None, typed=None) -> str:
     query = select(McpServer).where(McpServer.tenant_id == tenant_id).order_by(McpServer.name)
     servers = list(db.session.scalars(query))
     registry = services().tools_for(db.session, tenant_id)
+    secrets = sorted(secret_grants.granted(db.session, tenant_id))
     return render_template(
         "accounts/mcp.html",
         servers=servers,
         registry=registry,
-        headers={server.id: mcp.header_words(server, services().config.mcp_secret_prefix) for server in servers},
+        headers={server.id: mcp.header_words(server, granted=secrets) for server in servers},
         environment={server.id: mcp.environment_words(server) for server in servers},
-        secret_prefix=services().config.mcp_secret_prefix,
+        secrets=secrets,
         changes={tool.id: _changes(tool) for server in servers for tool in server.tools if tool.held},
         gate={
             tool.id: mcp_actions.gate_preview(db.session, tenant_id, tool)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from werkzeug.exceptions import HTTPException
 
-from webapp import webhooks
+from webapp import secret_grants, webhooks
 from webapp.accounts import actions as accounts
 from webapp.accounts import external_tools, policy_actions, webhook_actions
 from webapp.agent import outside
@@ -63,6 +63,7 @@ from webapp.api.schemas import (
     RevokeToken,
     RunCreated,
     RunView,
+    SecretList,
     SetPolicy,
     StartConversation,
     StartRun,
@@ -723,6 +724,18 @@ def revoke_token(token_id: int):
     optional_body(RevokeToken)  # (it takes no field: only an empty body, or {})
     row, _ = accounts.revoke(db.session, g.user, token_id)
     return answer(TokenView.of(row, token_state(row)))
+
+
+# --- MCP servers ----------------------------------------------------------------------------------
+
+
+@bp.get("/secrets")
+@documented("List the secrets an MCP server's header may name", responses={200: SecretList})
+@api_roles("admin")
+def list_secrets():
+    """The names of the secrets the desk's operator granted to the tenant (never a value): the only
+    environment variables its admins may name in an MCP server's header."""
+    return answer(SecretList(secrets=sorted(secret_grants.granted(db.session, g.user.tenant_id))))
 
 
 # --- event webhooks -------------------------------------------------------------------------------

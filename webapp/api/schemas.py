@@ -1425,6 +1425,13 @@ class ExternalToolList(BaseModel):
     tools: list[ExternalToolView]
 
 
+class SecretList(BaseModel):
+    """The secrets the desk's operator granted to the caller's tenant: the environment variables its
+    admins may name in an MCP server's header (`X-Key: $NAME`). Names only, never a value."""
+
+    secrets: list[str] = Field(description="Their names, sorted; any other variable is refused.")
+
+
 class CallOutcomeView(BaseModel):
     ok: bool
     summary: str

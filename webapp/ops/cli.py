@@ -1,6 +1,8 @@
 """The operators' commands: `flask endpoint add|update|allow|disallow|list` (the fleet's model
-endpoints and which tenants may use each) and `flask ceiling set|list` (the most one call may move
-with no person, per tool, for every tenant). Their names and arguments are a contract."""
+endpoints and which tenants may use each), `flask ceiling set|list` (the most one call may move
+with no person, per tool, for every tenant) and `flask secret grant|revoke|list` (the environment
+variables a tenant's admins may name in an MCP server's header). Their names and arguments are a
+contract."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from flask import Flask
 from flask.cli import AppGroup
 from sqlalchemy import select
 
+from webapp import identity, secret_grants
 from webapp.agent import policies
 from webapp.llm import endpoints
 from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
@@ -20,6 +23,7 @@ from webapp.runtime.services import services
 def register(app: Flask) -> None:
     _register_endpoints(app)
     _register_ceilings(app)
+    _register_secrets(app)
 
 
 def _register_endpoints(app: Flask) -> None:
@@ -201,3 +205,76 @@ def _register_ceilings(app: Flask) -> None:
                 click.echo(f"{tool.name}: {policies.ceiling_words(policies.ceiling_for(db.session, tool))}")
 
     app.cli.add_command(ceiling_group)
+
+
+def _register_secrets(app: Flask) -> None:
+    """`flask secret grant|revoke|list`: secrets belong to a tenant (webapp/secret_grants.py)."""
+    secret_group = AppGroup(
+        "secret",
+        help="Secrets granted to tenants: the desk's environment variables a tenant's admins may name in an MCP "
+        "server's header ($NAME). Names only: values stay in the environment.",
+    )
+
+    def tenant_of(slug: str) -> Tenant:
+        tenant = identity.tenant_of(db.session, slug)
+        if tenant is None:
+            raise click.UsageError(
+                f"There is no tenant {slug.strip()!r}; `flask secret list` shows the tenants' secrets."
+            )
+        return tenant
+
+    @secret_group.command("grant")
+    @click.argument("name")
+    @click.option("--tenant", "slug", required=True, help="The tenant whose admins may name it.")
+    def grant_command(name: str, slug: str) -> None:
+        """Let the admins of a tenant name the environment variable NAME (it must start with
+        MCP_SECRET_PREFIX) in an MCP server's header, e.g. "X-Key: $NAME"; audited on its chain."""
+        tenant = tenant_of(slug)
+        try:
+            added = secret_grants.grant(
+                db.session, tenant, name, prefix=services().config.mcp_secret_prefix, actor_label="command line"
+            )
+        except secret_grants.SecretGrantError as exc:
+            raise click.UsageError(str(exc)) from None
+        db.session.commit()
+        name = name.strip()
+        click.echo(f"Granted {name} to {tenant.slug}." if added else f"{name} is granted to {tenant.slug} already.")
+        if warning := secret_grants.unset_here(name):
+            click.echo(f"Warning: {warning}", err=True)
+
+    @secret_group.command("revoke")
+    @click.argument("name")
+    @click.option("--tenant", "slug", required=True, help="The tenant that may no longer name it.")
+    def revoke_command(name: str, slug: str) -> None:
+        """Take the secret NAME back from a tenant: its MCP servers' headers that name it are not sent
+        from now on (their sync and calls fail in words); audited on its chain."""
+        tenant = tenant_of(slug)
+        try:
+            naming = secret_grants.revoke(db.session, tenant, name, actor_label="command line")
+        except secret_grants.SecretGrantError as exc:
+            raise click.UsageError(str(exc)) from None
+        db.session.commit()
+        click.echo(f"Revoked {name.strip()} from {tenant.slug}.")
+        if naming:
+            click.echo(
+                f"Its MCP servers {', '.join(naming)} name it in a header: they are not sent it any more, so their "
+                "sync and calls fail until it is granted again or an admin adds them again with another value."
+            )
+
+    @secret_group.command("list")
+    @click.option("--tenant", "slug", default=None, help="Only this tenant's secrets.")
+    def list_command(slug: str | None) -> None:
+        """The secrets granted to each tenant (names only, never a value), and headers an admin set that
+        name one not granted (not sent)."""
+        tenant_id = tenant_of(slug).id if slug is not None else None
+        rows = secret_grants.grants(db.session, tenant_id)
+        if not rows:
+            click.echo("No secrets granted.")
+        for row in rows:
+            by = row.granted_by or "the command line"
+            unset = "" if secret_grants.unset_here(row.name) is None else "; NOT SET in this environment"
+            click.echo(f"{row.tenant} {row.name}: granted by {by} on {row.granted_at:%Y-%m-%d %H:%M} UTC{unset}")
+        for line in secret_grants.not_granted(db.session, tenant_id):
+            click.echo(line)
+
+    app.cli.add_command(secret_group)

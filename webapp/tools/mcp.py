@@ -24,8 +24,9 @@ the model only ever asks for a call, and the call waits for a person like any ot
 - Annotations are hints from a server the desk does not control: read-only tools run at once by
   default, every other tool waits for one approval (webapp/agent/policies.py `default_policy`).
 - The desk's environment is the operator's: a header's $VARIABLE is read only when an operator set it
-  or its name starts with MCP_SECRET_PREFIX, and a started server gets PATH and the variables an
-  operator gave it, nothing else of the desk's.
+  or the operator granted that secret to the server's tenant (webapp/secret_grants.py), checked when
+  the header is saved and again at every use (a grant revoked since: nothing is sent, SecretRefused),
+  and a started server gets PATH and the variables an operator gave it, nothing else of the desk's.
 
 Nothing here loads Flask, RQ or Redis.
 """
@@ -45,7 +46,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -56,9 +57,9 @@ import anyio
 import anyio.abc
 import httpx2
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
-from webapp import audit_chain, outbound, sealing
+from webapp import audit_chain, outbound, sealing, secret_grants
 from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
 from webapp.tools import presenting
@@ -93,6 +94,38 @@ log = logging.getLogger(__name__)
 
 class McpError(Exception):
     """Something about an MCP server an admin must fix or know; the message says what."""
+
+
+class SecretRefused(McpError):
+    """A header a tenant's admin set reads a variable of the desk's that is not granted to the tenant
+    (any more): nothing was sent. `header`, `variable`: their names, never a value."""
+
+    def __init__(self, message: str, server: str, header: str, variable: str) -> None:
+        super().__init__(message)
+        self.server, self.header, self.variable = server, header, variable
+
+    def audit_data(self, moment: str) -> dict:
+        """What the audit log keeps of the refusal: the server, the header and the variable's names."""
+        return {"server": self.server, "header": self.header, "secret": self.variable, "moment": moment}
+
+
+class _SecretRefusedAtCall(ToolError):
+    """A call refused because its server's header names a secret not granted to the tenant: nothing
+    was sent, and the refusal is audited (`mcp_secret_refused`) though the call's writes are undone."""
+
+    def __init__(self, refused: SecretRefused) -> None:
+        super().__init__(str(refused))
+        self.refused = refused
+
+    def record(self, context: ToolContext) -> None:
+        audit_chain.record(
+            context.session,
+            "mcp_secret_refused",
+            tenant_id=context.tenant_id,
+            actor_label="call time",
+            tool_call_id=context.tool_call_id,
+            data=self.refused.audit_data("call"),
+        )
 
 
 class _Unreachable(Exception):
@@ -141,7 +174,7 @@ class Access:
     environment: tuple[tuple[str, str, str], ...] = ()  # (name, "sealed" | "env", token or variable)
     working_directory: str | None = None
     command_by_operator: bool = False
-    secret_prefix: str = "MCP_SECRET_"
+    granted: frozenset[str] = frozenset()  # the secrets granted to the server's tenant when this was read
     secret_key: str = field(default="", repr=False)
     timeout: float = 30.0
     tries: int = 3
@@ -155,7 +188,12 @@ class Access:
     idle_seconds: float = 300.0  # MCP_IDLE_SECONDS: how long a started server is kept after its last call
 
     @classmethod
-    def of(cls, server: McpServer, config: Config) -> Access:
+    def of(cls, server: McpServer, config: Config, granted: Collection[str] | None = None) -> Access:
+        """How to reach the server as its row says now. `granted`: the secrets granted to its tenant,
+        read from the row's session when not given."""
+        if granted is None:
+            session = object_session(server)
+            granted = secret_grants.granted(session, server.tenant_id) if session is not None else ()
         return cls(
             server=server.name,
             tenant_id=server.tenant_id,
@@ -168,7 +206,7 @@ class Access:
             environment=tuple((v["name"], *_source(v)) for v in server.environment or ()),
             working_directory=server.working_directory,
             command_by_operator=server.command_by_operator is True,
-            secret_prefix=config.mcp_secret_prefix,
+            granted=frozenset(granted),
             secret_key=config.secret_key,
             timeout=config.mcp_timeout_seconds,
             tries=config.mcp_tries,
@@ -180,15 +218,20 @@ class Access:
         return self.url or f"the command {self.command!r}"
 
     def header_values(self) -> dict[str, str]:
+        """The headers' values, opened now. SecretRefused (nothing is sent) when a header a tenant's
+        admin set reads a variable not granted to the tenant: one stored before grants existed, or
+        whose grant was revoked since."""
         values = {}
         for name, kind, value, by_operator in self.headers:
-            if kind == "env" and not (by_operator or value.startswith(self.secret_prefix)):
-                # Stored before only operators could name any variable: never read, whoever asks.
-                raise McpError(
+            if kind == "env" and not by_operator and value not in self.granted:
+                raise SecretRefused(
                     f"The {name} header of the MCP server {self.server} reads ${value} from the desk's environment, "
-                    f"which only the desk's operator may set up (a tenant's admin only variables starting with "
-                    f"{self.secret_prefix}); nothing was sent. An admin must remove the server and add it again "
-                    f"with the {name} header set again."
+                    f"a secret the desk's operator has not granted to this tenant ({_granted_words(self.granted)}), "
+                    f"so nothing was sent. Ask the operator to grant it (flask secret grant {value} --tenant ...), "
+                    f"or remove the server and add it again with the {name} header set again.",
+                    self.server,
+                    name,
+                    value,
                 )
             values[name] = self._value(f"The {name} header", kind, value, _SEALING, "its headers")
         return values
@@ -235,6 +278,11 @@ class Access:
                 f"{what} of the MCP server {self.server} cannot be read: SECRET_KEY changed since it "
                 f"was stored. Remove the server and add it again with {again}."
             ) from None
+
+
+def _granted_words(granted: Collection[str]) -> str:
+    """The secrets granted to a tenant, for a sentence: names only."""
+    return f"granted to it: {', '.join(sorted(granted))}" if granted else "no secret is granted to it"
 
 
 def _source(stored: dict) -> tuple[str, str]:
@@ -752,7 +800,7 @@ class McpRemoteTool(DescribedTool):
             try:
                 result = _run(self.access, lambda client, sent: self._call(client, input, sent), live=True)
             except McpError as exc:
-                raise ToolError(str(exc)) from None
+                raise (_SecretRefusedAtCall(exc) if isinstance(exc, SecretRefused) else ToolError(str(exc))) from None
             except _Unreachable as exc:
                 last = str(exc)
             except _Lost as exc:
@@ -879,20 +927,25 @@ def parse_variable(text: str) -> tuple[str, str]:
 
 
 def stored_headers(
-    secret_key: str, pairs: list[tuple[str, str]], *, by_operator: bool, secret_prefix: str
+    secret_key: str, pairs: list[tuple[str, str]], *, by_operator: bool, granted: Collection[str] = ()
 ) -> list[dict]:
     """Headers as stored, each marked with whether an operator set it: a value written as $VARIABLE
-    is read from the environment at each use (from a tenant's admin only a variable starting with
-    `secret_prefix`; McpError says so); any other value is sealed. Values are never stored in the clear."""
+    is read from the environment at each use (from a tenant's admin only a secret `granted` to the
+    tenant; SecretRefused names the header and the granted secrets); any other value is sealed.
+    Values are never stored in the clear."""
     stored = []
     for name, value in pairs:
         reference = _ENV_REFERENCE.match(value)
-        if reference and not by_operator and not reference.group(1).startswith(secret_prefix):
-            raise McpError(
-                f'"{name}: ${reference.group(1)}" would send the desk\'s environment variable {reference.group(1)} '
-                f"to the server. A tenant's admin may name only variables whose names start with {secret_prefix} "
-                f'(e.g. "{name}: ${secret_prefix}INVENTORY", which the desk\'s operator sets); type the value '
-                "itself to have it stored encrypted."
+        if reference and not by_operator and reference.group(1) not in granted:
+            variable = reference.group(1)
+            raise SecretRefused(
+                f'"{name}: ${variable}" would send the desk\'s environment variable {variable} to the server, and '
+                f"the desk's operator has not granted it to this tenant: a tenant's admin may name only the secrets "
+                f"granted to their tenant ({_granted_words(granted)}). Nothing was saved or sent. Name a granted "
+                "secret, type the value itself to have it stored encrypted, or ask the desk's operator to grant it.",
+                "",
+                name,
+                variable,
             )
         if reference:
             stored.append({"name": name, "env": reference.group(1), "operator": by_operator})
@@ -917,16 +970,24 @@ def stored_environment(secret_key: str, pairs: list[tuple[str, str]]) -> list[di
     return stored
 
 
-def header_words(server: McpServer, secret_prefix: str) -> list[str]:
-    """The server's headers for people: names and where the value comes from, never the value."""
+def header_words(
+    server: McpServer, _secret_prefix: str | None = None, granted: Collection[str] | None = None
+) -> list[str]:
+    """The server's headers for people: names and where the value comes from, never the value; a header
+    a tenant's admin set that reads a secret not granted to the tenant says it is not sent. `granted`:
+    the tenant's secrets, read from the row's session when not given. (The second argument, the
+    MCP_SECRET_PREFIX of before grants, is no longer read.)"""
+    if granted is None and any("env" in header for header in server.headers or ()):
+        session = object_session(server)
+        granted = secret_grants.granted(session, server.tenant_id) if session is not None else ()
     said = []
-    for header in server.headers:
+    for header in server.headers or ():
         if "env" not in header:
             said.append(f"{header['name']} (stored encrypted)")
-        elif header.get("operator") is True or header["env"].startswith(secret_prefix):
+        elif header.get("operator") is True or header["env"] in granted:
             said.append(f"{header['name']} (from ${header['env']})")
         else:
-            said.append(f"{header['name']} (from ${header['env']}, which only the operator may name: not sent)")
+            said.append(f"{header['name']} (from ${header['env']}, a secret not granted to this tenant: not sent)")
     return said
 
 
@@ -1011,7 +1072,7 @@ def add_server(
         url=url,
         command=command,
         headers=stored_headers(
-            config.secret_key, list(headers), by_operator=by_operator, secret_prefix=config.mcp_secret_prefix
+            config.secret_key, list(headers), by_operator=by_operator, granted=secret_grants.granted(session, tenant_id)
         ),
         environment=stored_environment(config.secret_key, list(environment)),
         working_directory=working_directory,
