@@ -602,7 +602,8 @@ class McpServer(Base):
     operator: the command line or /ops/mcp). `headers` are sent with every HTTP request: a list of
     {"name", "sealed", "operator"} (the value encrypted with a key derived from SECRET_KEY) or
     {"name", "env", "operator"} (read from that environment variable at each use; "operator" says an
-    operator set it, else only a variable with MCP_SECRET_PREFIX is read); values are never shown back.
+    operator set it, else only a secret granted to the tenant is read, SecretGrant); values are never
+    shown back.
     A started server's process gets PATH and `environment` only (the same {"name", "sealed"} or
     {"name", "env"} entries), in `working_directory` when set. `command_by_operator`: an operator
     set the command; a command a tenant's admin set before only operators could is never started.
