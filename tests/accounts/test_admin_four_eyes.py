@@ -287,3 +287,15 @@ def test_an_admin_made_by_the_asker_cannot_approve_the_askers_policy_change(app,
     said = four_eyes.why_not_decide(db.session, person(made), person(asker).id)
     assert said and re.match(rf"{re.escape(asker)} made or re-keyed your account", said)
     assert refused.status_code == 403 and said in refused.json["message"]
+
+
+def test_the_admin_role_is_not_given_to_a_person_disabled_since_it_was_asked(app):
+    slug, (asker, second) = people(("admin",), ("admin",))
+    made = f"disabled-{slug}@eyes.test"
+    first = sign_in(app, asker)
+    assert first.post("/admin/users", {"email": made, "roles": ["admin"], "password": PASSWORD}).status_code == 303
+    change = pending_change(made)
+    assert first.post(f"/admin/users/{person(made).id}/disable").status_code in (200, 303)
+    refused = decide(sign_in(app, second), change.id, "approve")
+    assert refused.status_code == 409 and "was disabled since this was asked" in unescape(refused.text)
+    assert person(made).roles == [] and pending_change(made) is not None

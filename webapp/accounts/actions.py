@@ -296,6 +296,8 @@ def decide_role_change(
         session.commit()
         return change
     user = change.user
+    if not user.active:  # disabled since it was asked: nothing to give, and nothing given
+        raise Refused(409, "user_disabled", f"{user.email} was disabled since this was asked; enable them first.")
     before = identity.give_role(session, user, change.role)
     four_eyes.keyed(session, user, change.requested_by, "role_granted")
     _close_role_change(session, change, "approved", decider, actor_label, reason)
