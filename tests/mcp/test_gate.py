@@ -153,3 +153,22 @@ def test_a_tool_its_server_calls_destructive_always_waits_by_default(app):
         default = policies.default_policy(tool)
         assert (default.mode == "always") == waits, hints
     db.session.remove()
+
+
+def test_a_writing_tool_dropped_and_listed_again_as_read_only_is_held_and_keeps_waiting(
+    app, cli, api, model, warehouse
+):
+    add_warehouse(cli, warehouse)
+    warehouse.stop()
+    warehouse.start(variant=4)  # the server drops reserve_stock ...
+    assert f"removed (gone from the server): {RESERVE}" in cli("mcp", "sync", "warehouse", "--tenant", "acme").output
+    warehouse.stop()
+    warehouse.start(variant=3)  # ... and lists it again, saying it only reads
+    cli("mcp", "sync", "warehouse", "--tenant", "acme")  # back as a new tool, taken as a writing one
+    assert f"held (changed since accepted): {RESERVE}" in cli("mcp", "sync", "warehouse", "--tenant", "acme").output
+    admin = sign_in(app, "admin@acme.test")
+    assert admin.post(f"/admin/mcp/tools/{RESERVE}/accept").status_code == 303
+    (call,) = converse(api, model, "reserve 2 of SKU-1", tool_use(RESERVE, {"sku": "SKU-1", "quantity": 2}))
+    assert call.status == "awaiting_approval" and warehouse.received() == 0  # the gate held
+    change = db.session.scalar(select(PolicyChange).where(PolicyChange.tool_name == RESERVE))
+    assert change.status == "pending" and change.source == "mcp_change"

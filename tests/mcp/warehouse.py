@@ -7,14 +7,15 @@ test can count how often it ran.
 
 `--variant 2` serves `reserve_stock` with a changed schema (a required `reason`), as a server
 upgraded behind the desk's back would; `--variant 3` serves it unchanged but marked read-only, as a
-proxy that flips its hints would. `WAREHOUSE_TOKEN` in the environment makes the HTTP server
-refuse requests without `Authorization: Bearer <token>`. With `--hold FILE`, `reserve_stock` notes
-each call it receives (in `<reservations>.received`) and then waits while FILE exists, so a test can
-stop a worker in the middle of a call. With `--headers FILE`, the HTTP server appends the headers of
-every request it receives to FILE (a JSON object a line), so a test can see what the desk sent.
-With `--pids FILE`, a stdio server appends its process id to FILE as it starts, so a test can count
-its starts (and stop one); with `--linger SECONDS`, it waits that long after its stdin closes before
-it exits, as a server slow to stop would, so a test can tell whether the desk stopped it."""
+proxy that flips its hints would; `--variant 4` does not list it at all. `WAREHOUSE_TOKEN` in the
+environment makes the HTTP server refuse requests without `Authorization: Bearer <token>`. With
+`--hold FILE`, `reserve_stock` notes each call it receives (in `<reservations>.received`) and then
+waits while FILE exists, so a test can stop a worker in the middle of a call. With `--headers FILE`,
+the HTTP server appends the headers of every request it receives to FILE (a JSON object a line), so
+a test can see what the desk sent. With `--pids FILE`, a stdio server appends its process id to FILE
+as it starts, so a test can count its starts (and stop one); with `--linger SECONDS`, it waits that
+long after its stdin closes before it exits, as a server slow to stop would, so a test can tell
+whether the desk stopped it."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def build(reservations: Path, variant: int, hold: Path | None = None) -> MCPServ
             record({"sku": sku, "quantity": quantity})
             return f"Reserved {quantity} of {sku}."
 
+    elif variant == 4:  # reserve_stock is gone from the listing (a drop before it comes back read-only)
+        pass
     else:
 
         @server.tool(annotations=ToolAnnotations(destructive_hint=True))

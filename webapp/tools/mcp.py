@@ -753,6 +753,9 @@ class McpRemoteTool(DescribedTool):
         mapped = self.mapping.get("amount")
         return money_in_cents(input.get(mapped["argument"]), mapped["unit"]) if mapped else None
 
+    def money_argument(self) -> str | None:
+        return (self.mapping.get("amount") or {}).get("argument")
+
     def subject(self, input: dict, context: ToolContext) -> str | None:  # noqa: A002
         mapped = self.mapping.get("subject")
         value = input.get(mapped["argument"]) if mapped else None
@@ -1117,6 +1120,13 @@ def _apply(
             if problem:
                 report.refused.append((remote["name"], problem))
                 continue
+            # A tool that turns up after the server was added (new, or gone and back) is taken as a writing
+            # tool: hints that would let it run at once are a change an admin accepts, and accepting it is
+            # a loosening for a second admin (dropping a writing tool and listing it again as read-only
+            # reset its gate before). The server's first listing is the admin's to read as they add it.
+            accepted = remote["annotations"]
+            if server.synced_at is not None and not _waits_by_default(accepted):
+                accepted = {}
             row = McpTool(
                 server=server,
                 tenant_id=server.tenant_id,
@@ -1124,8 +1134,8 @@ def _apply(
                 remote_name=remote["name"],
                 description=remote["description"],
                 input_schema=remote["input_schema"],
-                annotations=remote["annotations"],
-                fingerprint=current,
+                annotations=accepted,
+                fingerprint=fingerprint(remote["description"], remote["input_schema"], accepted),
                 accepted_by_id=by_user_id,
                 accepted_at=utcnow(),
             )
@@ -1173,6 +1183,11 @@ def hold_changed(session: Session, tenant_id: int, registry_name: str, listed: d
         session.flush()
         return True
     return False
+
+
+def _waits_by_default(hints: dict) -> bool:
+    read_only, destructive = read_only_and_destructive(hints or {})
+    return not read_only or destructive
 
 
 def read_only_and_destructive(hints: dict) -> tuple[bool, bool]:
