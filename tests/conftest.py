@@ -47,6 +47,7 @@ RUNTIME_TABLES = [
     "mcp_tools",
     "mcp_servers",
     "secret_grants",
+    "tool_defaults",
     "user_sessions",
     "model_calls",
     "summaries",

@@ -51,6 +51,8 @@ COMMANDS = {
     "policy-change approve": ("--reason", "CHANGE_ID"),
     "policy-change list": ("--status", "--tenant"),
     "policy-change reject": ("--reason", "CHANGE_ID"),
+    "policy-defaults accept": ("TOOL",),
+    "policy-defaults list": (),
     "revoke-token": ("TOKEN",),
     "role-change approve": ("--reason", "CHANGE_ID"),
     "role-change list": ("--status", "--tenant"),

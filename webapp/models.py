@@ -563,6 +563,20 @@ class PolicyChange(Base):
     decided_by: Mapped[User | None] = relationship(foreign_keys=[decided_by_id])
 
 
+class ToolDefault(Base):
+    """The default policy in force for a pack's tool (its settings, as policies.settings keeps them),
+    recorded by the sweep: a release whose default for the tool is looser stays `held` until an
+    operator accepts it (`flask policy-defaults accept`), and the recorded one stays in force; a
+    stricter one is in force at once (agent/gate.py)."""
+
+    __tablename__ = "tool_defaults"
+
+    tool_name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    settings: Mapped[dict] = mapped_column(JSONType)
+    held: Mapped[dict | None] = mapped_column(JSONType)  # the release's looser default, not in force
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class ToolCeiling(Base):
     """An operator's ceiling on one tool, for every tenant: above this amount no policy lets a call run
     without a person. No row: the tool's own default (Tool.ceiling_cents); a row with NULL: none."""

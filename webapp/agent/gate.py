@@ -19,12 +19,22 @@ import zlib
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from webapp.agent.policies import MODE_WORDS, SCOPES, Policy, dollars, policy_for
+from webapp import audit_chain
+from webapp.agent.policies import (
+    MODE_WORDS,
+    SCOPES,
+    Policy,
+    dollars,
+    policy_for,
+    policy_from_settings,
+    release_default,
+    settings,
+)
 from webapp.agent.states import CallStatus
-from webapp.models import MAX_MONEY_CENTS, ToolCall, utcnow
+from webapp.models import MAX_MONEY_CENTS, Tenant, ToolCall, ToolDefault, utcnow
 from webapp.tools.registry import RETRY_HINT, InvalidInput, Tool, ToolContext, ToolRegistry
 
 # What counts as having run (or being about to run) without a person: calls the policy let through,
@@ -250,3 +260,76 @@ def reading_loosenings(before: dict, after: dict, policy: Policy) -> list[str]:
             f"{before.get('subject')} to {after.get('subject')}."
         )
     return said
+
+
+# --- a release's defaults ------------------------------------------------------------------------
+
+
+def pin_defaults(session: Session, tools: ToolRegistry) -> None:
+    """Keep in force, for each of the packs' tools, the default recorded before when this release's
+    own default is looser (`Tool.default_in_force`); a stricter or equal one is in force at once. Reads
+    only (the sweep records, `record_defaults`); a tool never recorded has its own default."""
+    kept = {row.tool_name: row for row in session.scalars(select(ToolDefault))}
+    for name in tools.names():
+        tool, row = tools.get(name), kept.get(name)
+        tool.default_in_force = None
+        if row is not None:
+            recorded = policy_from_settings(name, row.settings)
+            if loosenings(recorded, release_default(tool)):
+                tool.default_in_force = recorded
+
+
+def record_defaults(session: Session, tools: ToolRegistry) -> list[str]:
+    """Record each pack tool's default in force (new ones as they are; a stricter or equal one of this
+    release at once), and hold a looser one, audited once on the desk's own chain; the names of the
+    tools whose release default is held. The caller commits."""
+    kept = {row.tool_name: row for row in session.scalars(select(ToolDefault))}
+    held = []
+    for name in tools.names():
+        release, row = release_default(tools.get(name)), kept.get(name)
+        if row is None:
+            session.add(ToolDefault(tool_name=name, settings=settings(release), updated_at=utcnow()))
+            continue
+        recorded = policy_from_settings(name, row.settings)
+        loosens = loosenings(recorded, release)
+        if not loosens:
+            if row.settings != settings(release) or row.held is not None:
+                row.settings, row.held, row.updated_at = settings(release), None, utcnow()
+            continue
+        held.append(name)
+        if row.held != settings(release):
+            row.held, row.updated_at = settings(release), utcnow()
+            audit_chain.record(
+                session,
+                "tool_default_held",
+                tenant_id=None,
+                actor_label="approval desk",
+                tool_name=name,
+                data={"in_force": row.settings, "release": settings(release), "loosens": loosens},
+            )
+    session.flush()
+    return held
+
+
+def accept_default(session: Session, tools: ToolRegistry, name: str, by_label: str) -> list[str]:
+    """Put a held release default in force (the operator's choice: it loosens); what it loosens, in
+    sentences. Every tenant's tools are read again. ValueError says what is wrong."""
+    tool = tools.get(name)
+    row = session.get(ToolDefault, name) if tool is not None else None
+    if row is None or row.held is None:
+        raise ValueError(f"{name} has no release default waiting: nothing to accept.")
+    release = release_default(tool)
+    loosens = loosenings(policy_from_settings(name, row.settings), release)
+    before = row.settings
+    row.settings, row.held, row.updated_at = settings(release), None, utcnow()
+    audit_chain.record(
+        session,
+        "tool_default_accepted",
+        tenant_id=None,
+        actor_label=by_label,
+        tool_name=name,
+        data={"before": before, "after": row.settings, "loosens": loosens},
+    )
+    session.execute(update(Tenant).values(tools_version=Tenant.tools_version + 1))
+    session.flush()
+    return loosens

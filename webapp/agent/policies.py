@@ -169,7 +169,15 @@ class Policy:
 
 
 def default_policy(tool: Tool, ceiling_cents: int | None = None) -> Policy:
-    """The policy a tool has before an admin sets one: the tool's own (`Tool.default_policy`,
+    """The policy a tool has before an admin sets one: the one the desk keeps in force when this
+    release's own default is looser (`Tool.default_in_force`, agent/gate.py), else the release's."""
+    if tool.default_in_force is not None:
+        return replace(tool.default_in_force, tool_name=tool.name, version=0, ceiling_cents=ceiling_cents)
+    return release_default(tool, ceiling_cents)
+
+
+def release_default(tool: Tool, ceiling_cents: int | None = None) -> Policy:
+    """The default policy this release of the tool declares: its own (`Tool.default_policy`,
     `Tool.default_limits`), else one approval for a sensitive tool and none for another."""
     declared = tool.default_policy
     if declared is None:
@@ -350,6 +358,11 @@ def settings(policy: Policy) -> dict:
         "limits": asdict(policy.limits),
         "remind_after_seconds": policy.remind_after_seconds,
     }
+
+
+def policy_from_settings(tool_name: str, values: dict) -> Policy:
+    """A default policy kept as settings() keeps it (version 0: the built-in default)."""
+    return Policy(tool_name, **from_settings(values))
 
 
 def from_settings(values: dict) -> dict:

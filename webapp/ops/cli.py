@@ -1,7 +1,8 @@
 """The operators' commands: `flask endpoint add|update|allow|disallow|list` (the fleet's model
 endpoints and which tenants may use each), `flask ceiling set|list` (the most one call may move
-with no person, per tool, for every tenant) and `flask secret grant|revoke|list` (the environment
-variables a tenant's admins may name in an MCP server's header). Their names and arguments are a
+with no person, per tool, for every tenant), `flask secret grant|revoke|list` (the environment
+variables a tenant's admins may name in an MCP server's header) and `flask policy-defaults
+list|accept` (a release's looser default policy for a pack's tool, held until accepted). Their names and arguments are a
 contract."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from flask.cli import AppGroup
 from sqlalchemy import select
 
 from webapp import identity, secret_grants
-from webapp.agent import policies
+from webapp.agent import gate, policies
 from webapp.llm import endpoints
 from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
 from webapp.ops import actions as ops_actions
@@ -24,6 +25,7 @@ def register(app: Flask) -> None:
     _register_endpoints(app)
     _register_ceilings(app)
     _register_secrets(app)
+    _register_defaults(app)
 
 
 def _register_endpoints(app: Flask) -> None:
@@ -278,3 +280,47 @@ def _register_secrets(app: Flask) -> None:
             click.echo(line)
 
     app.cli.add_command(secret_group)
+
+
+def _register_defaults(app: Flask) -> None:
+    """`flask policy-defaults list|accept`."""
+    defaults_group = AppGroup(
+        "policy-defaults",
+        help="The packs' default policies: a release whose default is looser waits until you accept it.",
+    )
+
+    @defaults_group.command("list")
+    def list_defaults_command() -> None:
+        """Each pack tool's default policy in force, and the release's own where it is held."""
+        registry = services().tools
+        held = set(gate.record_defaults(db.session, registry))
+        db.session.commit()
+        gate.pin_defaults(db.session, registry)
+        for name in sorted(registry.names()):
+            tool = registry.get(name)
+            in_force = policies.default_policy(tool).describe()
+            if name in held:
+                release = policies.release_default(tool)
+                loosens = " ".join(gate.loosenings(policies.default_policy(tool), release))
+                click.echo(
+                    f"{name}: {in_force} HELD: this release says: {release.describe()} ({loosens}) "
+                    f"Accept it with: flask policy-defaults accept {name}"
+                )
+            else:
+                click.echo(f"{name}: {in_force}")
+
+    @defaults_group.command("accept")
+    @click.argument("tool")
+    def accept_default_command(tool: str) -> None:
+        """Put this release's default policy for TOOL in force, for every tenant that has not set one."""
+        registry = services().tools
+        gate.record_defaults(db.session, registry)
+        try:
+            loosens = gate.accept_default(db.session, registry, tool.strip(), "command line")
+        except ValueError as exc:
+            db.session.rollback()
+            raise click.UsageError(str(exc)) from None
+        db.session.commit()
+        click.echo(f"{tool.strip()}: this release's default is in force. {' '.join(loosens)}")
+
+    app.cli.add_command(defaults_group)

@@ -9,7 +9,7 @@ from flask import current_app
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from webapp.agent import access
+from webapp.agent import access, gate
 from webapp.agent.context import Window
 from webapp.agent.loop import Loop, LoopSettings
 from webapp.agent.workspace import Tail
@@ -52,6 +52,7 @@ class Services:
         kept = self._tenant_tools.get(tenant_id)
         if kept is not None and kept.version == version:
             return kept
+        gate.pin_defaults(session, self.tools)  # a release's looser default stays out of force until accepted
         more: list = mcp.tenant_tools(session, self.config, tenant_id)
         more += external.tenant_tools(session, tenant_id, {*self.tools.names(), *(tool.name for tool in more)})
         kept = TenantTools(

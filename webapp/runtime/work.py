@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select
 
 from webapp import audit_chain, notify, webhooks
-from webapp.agent import batch_pump, decisions, moves, sweeper
+from webapp.agent import batch_pump, decisions, gate, moves, sweeper
 from webapp.agent.batches import CUSTOM_ID
 from webapp.llm.client import ModelError
 from webapp.llm.endpoints import choice_for
@@ -172,6 +172,7 @@ def sweep() -> int:
         channels = notify.channel_ids_by_tenant(db.session, {tenant for _, tenant, _ in notices})
         webhooks_due = webhooks.with_work(db.session, utcnow())
         batch_work = batch_pump.has_work(db.session)
+        gate.record_defaults(db.session, desk.tools)  # the packs' defaults in force; a looser release's held
         runs_to_start = list(
             db.session.scalars(select(Run.id).where(Run.started < Run.items, Run.cancelled_at.is_(None)))
         )

@@ -140,6 +140,9 @@ class Tool:
     # transaction, so a slow server holds no lock meanwhile (SQLite has one writer, and BEGIN IMMEDIATE
     # makes every transaction one). True: it runs in a savepoint, undone if it fails.
     writes_database: ClassVar[bool] = True
+    # Set by the desk, never by a tool: the default policy in force when a release's own default is
+    # looser than the one recorded before it (agent/gate.py pin_defaults); None: the tool's own.
+    default_in_force: Any = None
 
     @classmethod
     def input_schema(cls) -> dict:

@@ -1,16 +1,20 @@
 """One gate, every path: amounts as 64-bit money, the reviewer whose edit widened a call, idempotency
-keys per asker, secrets granted to tenants, who keyed whom, and the admin role held for four eyes.
+keys per asker, secrets granted to tenants, who keyed whom, the admin role held for four eyes, and the
+default policies in force for the packs' tools.
 
 Revision ID: 0027_one_gate
 Revises: 0026_runs
 """
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = '0027_one_gate'
 down_revision = '0026_runs'
 branch_labels = None
 depends_on = None
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(), 'postgresql')
 
 
 def upgrade():
@@ -81,9 +85,18 @@ def upgrade():
         sa.PrimaryKeyConstraint('id', name='pk_role_changes'),
     )
     op.create_index('ix_role_changes_tenant_id', 'role_changes', ['tenant_id'])
+    op.create_table(
+        'tool_defaults',
+        sa.Column('tool_name', sa.String(length=128), nullable=False),
+        sa.Column('settings', JSON, nullable=False),
+        sa.Column('held', JSON, nullable=True),
+        sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint('tool_name', name='pk_tool_defaults'),
+    )
 
 
 def downgrade():
+    op.drop_table('tool_defaults')
     op.drop_table('role_changes')
     op.drop_table('user_keyings')
     op.drop_table('secret_grants')
