@@ -287,6 +287,10 @@ def test_an_admin_made_by_the_asker_cannot_approve_the_askers_policy_change(app,
     said = four_eyes.why_not_decide(db.session, person(made), person(asker).id)
     assert said and re.match(rf"{re.escape(asker)} made or re-keyed your account", said)
     assert refused.status_code == 403 and said in refused.json["message"]
+    page = unescape(sign_in(app, made).get("/admin/policies").text)  # told why, and offered no Approve
+    change = page[page.index(f'id="change-{asked.json["change"]["id"]}"') :].split("</article>")[0]
+    assert said in change and 'value="approve"' not in change and 'value="reject"' in change
+    assert 'value="approve"' in unescape(sign_in(app, second).get("/admin/policies").text)
 
 
 def test_the_admin_role_is_not_given_to_a_person_disabled_since_it_was_asked(app):
@@ -299,3 +303,14 @@ def test_the_admin_role_is_not_given_to_a_person_disabled_since_it_was_asked(app
     refused = decide(sign_in(app, second), change.id, "approve")
     assert refused.status_code == 409 and "was disabled since this was asked" in unescape(refused.text)
     assert person(made).roles == [] and pending_change(made) is not None
+
+
+def test_when_every_other_admin_was_made_by_the_asker_the_policies_page_says_only_the_operator_decides(app, api, cli):
+    slug, (asker,) = people(("admin",))
+    made = f"only-{slug}@eyes.test"
+    assert sign_in(app, asker).post("/admin/users", {"email": made, "roles": ["admin"], "password": PASSWORD})
+    assert cli("role-change", "approve", str(pending_change(made).id)).exit_code == 0  # the operator decides
+    asked = api.as_(asker).put("/api/policies/delete_account", json={"mode": "always", "approvals": 1})
+    assert asked.status_code == 202, asked.json
+    page = " ".join(unescape(sign_in(app, asker).get("/admin/policies").text).split())
+    assert "Only the desk's operator can decide this" in page

@@ -13,7 +13,7 @@ from flask_login import current_user
 from sqlalchemy import func, select
 
 from webapp import audit_chain
-from webapp.accounts import external_tools, policy_actions
+from webapp.accounts import external_tools, four_eyes, policy_actions
 from webapp.agent import access as access_rules
 from webapp.agent import policies as policy_rules
 from webapp.models import ROLES, User
@@ -227,6 +227,13 @@ def _policies_page(refusal: _Refusal | None = None, change_refusal: tuple | None
         mode_words=policy_rules.MODE_WORDS,
         asked_for=policy_actions.asked_for,
         hint_words=mcp.hint_words,
+        # who may not decide which change, and the changes no admin of the tenant may decide
+        not_yours={c.id: four_eyes.why_not_decide(db.session, current_user, c.requested_by_id) for c in pending},
+        operator_only={
+            c.id: four_eyes.only_the_operator(c.requested_by)
+            for c in pending
+            if not four_eyes.deciders(db.session, tenant_id, c.requested_by_id)
+        },
     )
 
 
