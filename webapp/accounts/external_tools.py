@@ -36,7 +36,7 @@ def declare(
     PolicyError)."""
     registry = services().tools_for(session, admin.tenant_id)
     taken = {tool for tool in registry.names() if registry.get(tool).runs_here}
-    external.check(name, declaration, taken)
+    external.check(name, declaration, taken, set(registry.names()) - taken)
     before = external.find(session, admin.tenant_id, name)
     created = before is None
     was_read = {} if before is None else external.reading(before)

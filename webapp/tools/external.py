@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,26 +96,34 @@ class Declaration:
     subject: str | None = None
 
 
-def check(name: str, declared: Declaration, taken: set[str]) -> None:
+def check(name: str, declared: Declaration, taken: set[str], declared_names: Iterable[str] = ()) -> None:
     """DeclarationError unless the tool may be declared so; `taken`: the names of the tenant's tools
-    that are not declared ones (built-in and MCP)."""
+    that are not declared ones (built-in and MCP); `declared_names`: the declared ones. A name is the
+    tenant's whatever its case: Transfer and transfer would be one tool to people, two to the desk."""
     if not NAME.match(name):
         raise DeclarationError(
             "A tool's name is 1 to 64 letters, digits, _ or -, as the Messages API names tools.", "name"
         )
-    if name.startswith("mcp_") or name in taken:
+    if name.lower().startswith("mcp_") or name.lower() in {other.lower() for other in taken}:
         raise DeclarationError(
             f"{name} is the name of one of the desk's own tools or an MCP server's; choose another.", "name"
+        )
+    same = sorted(other for other in declared_names if other.lower() == name.lower() and other != name)
+    if same:
+        raise DeclarationError(
+            f"The name {name} is taken by the declared tool {same[0]}: names are the same whatever their case. "
+            f"Declare {same[0]} again to change it, or choose another name.",
+            "name",
         )
     if not declared.description.strip() or len(declared.description) > MAX_DESCRIPTION:
         raise DeclarationError(
             f"Say what the tool does, in 1 to {MAX_DESCRIPTION:,} characters: reviewers read it.", "description"
         )
-    problem = schema_problem(declared.input_schema)
-    if problem:
-        raise DeclarationError(f"The tool cannot be declared: {problem}.", "input_schema")
     if len(json.dumps(declared.input_schema)) > MAX_SCHEMA_CHARS:
         raise DeclarationError(f"The input schema is at most {MAX_SCHEMA_CHARS:,} characters.", "input_schema")
+    problem = schema_problem(declared.input_schema)  # (its patterns too: see webapp/tools/described.py)
+    if problem:
+        raise DeclarationError(f"The tool cannot be declared: {problem}.", "input_schema")
     properties = declared.input_schema.get("properties") or {}
     for field, argument in (("amount", declared.amount), ("subject", declared.subject)):
         if argument is not None and argument not in properties:
