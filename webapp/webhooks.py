@@ -208,14 +208,14 @@ def subscriptions(session: Session, tenant_id: int) -> list[WebhookSubscription]
     )
 
 
-def find(session: Session, tenant_id: int, subscription_id: int) -> WebhookSubscription | None:
-    return session.scalar(
-        select(WebhookSubscription).where(
-            WebhookSubscription.id == subscription_id,
-            WebhookSubscription.tenant_id == tenant_id,
-            WebhookSubscription.deleted_at.is_(None),
-        )
+def find(
+    session: Session, tenant_id: int, subscription_id: int, removed_too: bool = False
+) -> WebhookSubscription | None:
+    """The tenant's subscription; with `removed_too`, one removed since as well (its log stays readable)."""
+    query = select(WebhookSubscription).where(
+        WebhookSubscription.id == subscription_id, WebhookSubscription.tenant_id == tenant_id
     )
+    return session.scalar(query if removed_too else query.where(WebhookSubscription.deleted_at.is_(None)))
 
 
 def unsubscribe(session: Session, actor: User, subscription: WebhookSubscription) -> None:

@@ -33,8 +33,9 @@ def subscribe(session: Session, admin: User, url: str, events: Sequence[str]) ->
     return subscription, secret
 
 
-def find(session: Session, admin: User, subscription_id: int) -> WebhookSubscription:
-    subscription = webhooks.find(session, admin.tenant_id, subscription_id)
+def find(session: Session, admin: User, subscription_id: int, removed_too: bool = False) -> WebhookSubscription:
+    """The tenant's webhook (with `removed_too`, one removed since too); 404 for any other."""
+    subscription = webhooks.find(session, admin.tenant_id, subscription_id, removed_too)
     if subscription is None:
         raise Refused(404, "not_found", f"No webhook {subscription_id} in your account.")
     return subscription
@@ -49,8 +50,8 @@ def remove(session: Session, admin: User, subscription_id: int) -> WebhookSubscr
 
 
 def deliveries(session: Session, admin: User, subscription_id: int, cursor: str | None, size: int) -> Page:
-    """The subscription's deliveries, newest first (raises BadCursor)."""
-    find(session, admin, subscription_id)
+    """The subscription's deliveries, newest first (raises BadCursor); a removed one's log stays readable."""
+    find(session, admin, subscription_id, removed_too=True)
     return keyset_page(
         session,
         select(WebhookDelivery).where(WebhookDelivery.subscription_id == subscription_id),
