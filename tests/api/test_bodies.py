@@ -4,6 +4,7 @@ with every bad field named, and responses in the shape clients rely on."""
 from __future__ import annotations
 
 import json
+import re
 import typing
 
 import pytest
@@ -14,6 +15,7 @@ from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.decisions import arguments_hash
 from webapp.api import schemas
+from webapp.api.openapi import api_rules
 from webapp.models import Conversation, Decision, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
@@ -484,3 +486,338 @@ def test_the_json_schemas_document_limits_and_choices():
     assert set(conversation["properties"]) == CONVERSATION_KEYS
     assert conversation["properties"]["created_at"]["format"] == "date-time"
     assert typing.get_args(schemas.TaskStatus) == STATUSES
+
+
+# --- every route, fed what nobody means to send -----------------------------------------------------
+#
+# Each route that takes a body gets a body it would take, then the same body with one value at a time
+# made odd, and an unknown field: none may answer 500. What no field can keep (a lone surrogate, 1e400:
+# infinity to Python's json) is a 422 naming the field (or the field that holds it); an unknown field is
+# a 422 naming it. A 30-digit integer and 1e308 are numbers: the route takes them or says why not.
+
+ODD = {  # how each is written in the JSON
+    "a lone surrogate": '"x\\ud800"',
+    "a 30-digit integer": "1" * 30,
+    "1e308": "1e308",
+    "1e400": "1e400",
+    "NaN": "NaN",
+}
+KEPT_BY_NO_FIELD = {"a lone surrogate", "1e400", "NaN"}
+AMOUNTS = {  # the money a call moves: its checks are the gate's (tests at the end of this file)
+    ("api.ask_call", "input.amount_cents"),
+    ("api.decide_approval", "input.amount_cents"),
+}
+ADMIN, ADMIN2, REVIEWER2 = "admin@acme.test", "admin2@acme.test", "reviewer2@acme.test"
+TRANSFER_TOOL = {
+    "description": "Send money from the treasury account to a supplier's account.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "amount_cents": {"type": "integer", "minimum": 1},
+            "account": {"type": "string", "pattern": "^[A-Z]+-[0-9]+$"},
+            "memo": {"type": "string"},
+        },
+        "required": ["amount_cents", "account"],
+    },
+    "amount": "amount_cents",
+    "subject": "account",
+}
+
+
+def asked(key: str) -> dict:
+    return {
+        "source": "treasury-bot",
+        "tool": "transfer",
+        "input": {"amount_cents": 30_000, "account": "ACME-17", "memo": "invoice 88"},
+        "context": "Supplier invoice 88 is due today.",
+        "facts": [{"label": "Balance", "value": "$12,000.00"}],
+        "idempotency_key": key,
+    }
+
+
+# endpoint: (who, its path's ids by name (from the seeded desk), a body it takes)
+ROUTES = {
+    "api.create_conversation": (AGENT, {}, lambda d: {"message": "hi"}),
+    "api.post_message": (AGENT, {"conversation_id": "completed"}, lambda d: {"message": "more"}),
+    "api.cancel_conversation": (AGENT, {"conversation_id": "waiting"}, lambda d: {}),
+    "api.create_run": (
+        AGENT,
+        {},
+        lambda d: {"items": [{"message": "one"}, {"message": "two"}], "batch": False, "title": "Q3"},
+    ),
+    "api.cancel_run": (AGENT, {"run_id": "run"}, lambda d: {}),
+    "api.retry_conversation": (AGENT, {"conversation_id": "failed"}, lambda d: {}),
+    "api.extend_budget": (REVIEWER, {"conversation_id": "exhausted"}, lambda d: {"moves": 5}),
+    "api.decide_approval": (
+        REVIEWER,
+        {"tool_call_id": "refund_call"},
+        lambda d: {
+            "decision": "approve",
+            "reason": "half is fair",
+            "arguments_hash": d["refund_hash"],
+            "input": {**REFUND, "amount_cents": 4500},
+        },
+    ),
+    "api.claim_approval": (REVIEWER, {"tool_call_id": "refund_call"}, lambda d: {"take_over": True}),
+    "api.release_approval": (REVIEWER, {"tool_call_id": "refund_call"}, lambda d: {}),
+    "api.give_input": (AGENT, {"tool_call_id": "task_call"}, lambda d: {"input": "000000"}),
+    "api.set_policy": (
+        ADMIN,
+        {"tool": "issue_refund"},
+        lambda d: {
+            "mode": "above_amount",
+            "threshold_cents": 5000,
+            "approvals": 2,
+            "limits": {"tenant_day_cents": 100_000, "person_day_count": 10},
+            "ttl_seconds": 3600,
+            "remind_after_seconds": 600,
+        },
+    ),
+    "api.decide_policy_change": (ADMIN2, {"change_id": "change"}, lambda d: {"decision": "reject", "reason": "no"}),
+    "api.declare_external_tool": (
+        ADMIN,
+        {"name": "transfer"},
+        lambda d: {**TRANSFER_TOOL, "policy": {"mode": "always", "approvals": 1}},
+    ),
+    "api.remove_external_tool": (ADMIN, {"name": "transfer"}, lambda d: {}),
+    "api.ask_call": (AGENT, {}, lambda d: asked("walk")),
+    "api.report_call": (
+        AGENT,
+        {"call_id": "approved_call"},
+        lambda d: {"ok": True, "summary": "Sent $300.00.", "output": {"reference": "T-1", "fee": 0.5}},
+    ),
+    "api.cancel_call": (AGENT, {"call_id": "outside_call"}, lambda d: {"reason": "Paid by cheque."}),
+    "api.revoke_token": (AGENT, {"token_id": "spare_token"}, lambda d: {}),
+    "api.create_webhook": (ADMIN, {}, lambda d: {"url": d["hook_url"], "events": ["approval.requested"]}),
+    "api.delete_webhook": (ADMIN, {"webhook_id": "webhook"}, lambda d: {}),
+    "api.redeliver_webhook": (ADMIN, {"webhook_id": "webhook", "delivery_id": "delivery"}, lambda d: {}),
+}
+BODILESS = {"api.cancel_run", "api.retry_conversation", "api.remove_external_tool", "api.redeliver_webhook"}
+
+
+@pytest.fixture
+def desk(env, engine, base_env, seeded, clean, model):
+    """The app (webhooks may go to a local address), and its seeded rows worth sending bodies to:
+    `seed()` lays them again after a request that changed them."""
+    from tests.conftest import desk_app, empty_runtime_tables, pushed
+
+    with pushed(desk_app({**env, "OUTBOUND_ALLOW": "127.0.0.1:9"})) as app:
+        yield Desk(app, model, lambda: empty_runtime_tables(engine, base_env["REDIS_URL"], seeded))
+
+
+class Desk:
+    def __init__(self, app, model, empty) -> None:
+        from tests.conftest import ApiClient
+
+        self.app, self.model, self.api, self.empty = app, model, ApiClient(app), empty
+        self.ids: dict = {}
+
+    def seed(self) -> dict:
+        from sqlalchemy import update
+
+        from webapp import webhooks
+        from webapp.identity import issue_token
+        from webapp.models import User, WebhookDelivery, WebhookSubscription
+
+        db.session.remove()
+        self.empty()
+        self.api.tokens.clear()
+        api, ids = self.api, {"hook_url": "http://127.0.0.1:9/hooks/desk"}
+        ids["webhook"] = (
+            api.as_(ADMIN)
+            .post("/api/webhooks", json={"url": ids["hook_url"], "events": ["approval.requested"]})
+            .json["id"]
+        )
+        ids["refund_call"] = waiting_refund(api, self.model)["id"]
+        ids["refund_hash"] = arguments_hash(REFUND)
+        ids["waiting"] = db.session.get(ToolCall, ids["refund_call"]).conversation_id
+        self.model.enqueue(Reply.message(reply(tool_use("verify_identity", {"customer_id": 4471}))), match="verify")
+        verifying = api.as_(AGENT).post("/api/conversations", json={"message": "verify 4471"}).json["id"]
+        services().loop(db.session, db.session.get(Conversation, verifying)).complete()
+        ids["task_call"] = db.session.scalar(select(ToolCall.id).where(ToolCall.conversation_id == verifying))
+        for name in ("completed", "failed", "exhausted"):
+            ids[name] = api.as_(AGENT).post("/api/conversations", json={"message": f"this one is {name}"}).json["id"]
+        for name, status in (("completed", "completed"), ("failed", "failed"), ("exhausted", "budget_exhausted")):
+            db.session.execute(update(Conversation).where(Conversation.id == ids[name]).values(status=status))
+        ids["run"] = api.as_(AGENT).post("/api/runs", json={"items": [{"message": "a run"}]}).json["id"]
+        loosened = api.as_(ADMIN).put(
+            "/api/policies/issue_refund", json={"mode": "above_amount", "threshold_cents": 40_000}
+        )
+        ids["change"] = loosened.json["change"]["id"]
+        assert api.as_(ADMIN).put("/api/external-tools/transfer", json=TRANSFER_TOOL).status_code == 200
+        ids["approved_call"] = api.as_(AGENT).post("/api/calls", json=asked("approved")).json["id"]
+        approved = api.as_(REVIEWER).post(f"/api/approvals/{ids['approved_call']}", json={"decision": "approve"})
+        assert approved.status_code == 200, approved.json
+        ids["outside_call"] = api.as_(AGENT).post("/api/calls", json=asked("waits")).json["id"]
+        owner = db.session.scalar(select(User).where(User.email == AGENT))
+        ids["spare_token"] = issue_token(db.session, owner, "spare")[0].id
+        webhooks.collect(db.session, db.session.get(WebhookSubscription, ids["webhook"]))
+        db.session.commit()
+        ids["delivery"] = db.session.scalar(select(func.min(WebhookDelivery.id)))
+        db.session.remove()
+        self.ids = ids
+        return ids
+
+    def send(self, endpoint: str, raw: str, who: str | None = None):
+        """The route's request with this body, as its person (or `who`)."""
+        person, names, _ = ROUTES.get(endpoint, (ADMIN, {}, None))
+        return self.send_to(self.url(endpoint, names), self.method(endpoint), raw, who or person)
+
+    def send_to(self, url: str, method: str, raw: str, who: str):
+        client = self.api.as_(who)
+        return getattr(client, method.lower())(url, data=raw, content_type="application/json")
+
+    def rule(self, endpoint: str):
+        return next(rule for rule in api_rules(self.app) if rule.endpoint == endpoint)
+
+    def method(self, endpoint: str) -> str:
+        return sorted(self.rule(endpoint).methods & WRITES)[0]
+
+    def url(self, endpoint: str, names: dict) -> str:
+        rule = self.rule(endpoint)
+        values = {name: self.ids.get(names[name], names[name]) if name in names else 1 for name in rule.arguments}
+        return re.sub(r"<(?:[^<>:]+:)?([^<>]+)>", lambda m: str(values[m.group(1)]), rule.rule)
+
+
+WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def odd_bodies(good: dict):
+    """(the leaf made odd as a dotted path, which odd value, the raw JSON): each leaf of the body in
+    turn, then an unknown field holding each."""
+    for path in leaves(good):
+        for label, written in ODD.items():
+            yield ".".join(map(str, path)), label, raw_with(good, path, written)
+    for label, written in ODD.items():
+        yield "colour", label, raw_with({**good, "colour": None}, ("colour",), written)
+
+
+def leaves(value, path=()):
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from leaves(inner, (*path, key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from leaves(inner, (*path, index))
+    else:
+        yield path
+
+
+def raw_with(body: dict, path: tuple, written: str) -> str:
+    marked = json.loads(json.dumps(body))
+    inside = marked
+    for part in path[:-1]:
+        inside = inside[part]
+    inside[path[-1]] = "__odd__"
+    return json.dumps(marked).replace('"__odd__"', written)
+
+
+def api_name(path: str) -> str:
+    """A dotted path as the API names a field: "items.0.message" is "items[0].message"."""
+    return re.sub(r"\.(\d+)", r"[\1]", path)
+
+
+def named(response, path: str) -> bool:
+    """Whether the 422 names the field, or a field that holds it."""
+    name = api_name(path)
+    fields = [problem["field"] for problem in response.json.get("fields", [])]
+    return any(name == field or name.startswith((f"{field}.", f"{field}[")) for field in fields)
+
+
+def walk(desk: Desk, endpoint: str) -> list[str]:
+    """Every odd body of the route sent; what went wrong, in words."""
+    from webapp.api.openapi import document
+
+    person, names, good_body = ROUTES.get(endpoint, (ADMIN, {}, lambda d: {}))
+    operations = document(desk.app)["paths"][re.sub(r"<(?:[^<>:]+:)?([^<>]+)>", r"{\1}", desk.rule(endpoint).rule)]
+    takes_body = "requestBody" in operations[desk.method(endpoint).lower()]
+    wrong = []
+    ids = desk.seed()
+    good = good_body(ids)
+    for path, label, raw in [("colour", "an unknown field", json.dumps({**good, "colour": "red"}))] + list(
+        odd_bodies(good)
+    ):
+        if (endpoint, api_name(path)) in AMOUNTS and label not in KEPT_BY_NO_FIELD:
+            continue  # the gate's
+        response = desk.send(endpoint, raw)
+        said = f"{endpoint} {path} = {label}: {response.status_code} {response.get_data(as_text=True)[:300]}"
+        if response.status_code >= 500:
+            wrong.append(said)
+        elif takes_body and (label in KEPT_BY_NO_FIELD or label == "an unknown field"):
+            if response.status_code != 422 or not named(response, path):
+                wrong.append(said)
+        if 200 <= response.status_code < 300:
+            ids = desk.seed()  # what it changed is laid again for the next body
+    return wrong
+
+
+@pytest.mark.parametrize("endpoint", sorted(ROUTES))
+def test_every_route_answers_odd_values_and_unknown_fields_with_what_to_fix_never_a_500(desk, endpoint):
+    wrong = walk(desk, endpoint)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_route_added_since_is_walked_too(desk):
+    """Routes the table above does not know are sent the odd values in an unknown field, as an admin."""
+    added = sorted(
+        rule.endpoint for rule in api_rules(desk.app) if rule.methods & WRITES and rule.endpoint not in ROUTES
+    )
+    wrong = [said for endpoint in added for said in walk(desk, endpoint)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_routes_that_take_no_fields_refuse_one_by_name(desk):
+    """Stopping a conversation, giving a claim up and removing a webhook take no body, or {}: a field is
+    refused by name, as on every route that reads a body, and nothing is done."""
+    ids = desk.seed()
+    for endpoint in ("api.cancel_conversation", "api.release_approval", "api.delete_webhook"):
+        refused = desk.send(endpoint, json.dumps({"reason": "done"}))
+        assert_refused(refused, "reason")
+    assert desk.api.as_(AGENT).get(f"/api/conversations/{ids['waiting']}").json["cancel_requested"] is False
+    assert api_webhooks(desk) == [ids["webhook"]]
+    claimed = desk.api.as_(REVIEWER).post(f"/api/approvals/{ids['refund_call']}/claim")
+    assert claimed.json["claimed_by"] == REVIEWER
+    assert_refused(desk.send("api.release_approval", '{"force": true}'), "force")
+    assert desk.api.as_(REVIEWER).get(f"/api/approvals/{ids['refund_call']}").json["claimed_by"] == REVIEWER
+    for endpoint in ("api.cancel_conversation", "api.release_approval", "api.delete_webhook"):
+        assert desk.send(endpoint, "").status_code in (200, 202), endpoint  # no body at all
+    assert api_webhooks(desk) == []
+
+
+def api_webhooks(desk: Desk) -> list[int]:
+    return [hook["id"] for hook in desk.api.as_(ADMIN).get("/api/webhooks").json["webhooks"]]
+
+
+def test_a_removed_webhooks_delivery_log_stays_readable(desk):
+    ids = desk.seed()
+    url = f"/api/webhooks/{ids['webhook']}/deliveries"
+    before = desk.api.as_(ADMIN).get(url)
+    assert before.status_code == 200 and ids["delivery"] in [row["id"] for row in before.json["deliveries"]]
+    assert desk.api.as_(ADMIN).delete(f"/api/webhooks/{ids['webhook']}").status_code == 200
+    after = desk.api.as_(ADMIN).get(url)
+    assert after.status_code == 200, after.json
+    assert after.json["deliveries"] == before.json["deliveries"]
+    redeliver = desk.api.as_(ADMIN).post(f"{url}/{ids['delivery']}/redeliver")
+    assert redeliver.status_code == 404  # a removed webhook is sent nothing more
+
+
+# Amounts past what money can be, at the doors where a call's amount comes in: a call asked, and an
+# edit of the assistant's call or of an outside agent's. Refused, never a 500.
+HUGE_AMOUNTS = {"29 digits": "1" * 29, "30 digits": "1" * 30, "2^63": str(2**63), "1e308": "1e308"}
+AMOUNT_DOORS = ("asked", "edit of the assistant's call", "edit of an outside agent's call")
+
+
+@pytest.mark.parametrize("door", AMOUNT_DOORS)
+@pytest.mark.parametrize("amount", sorted(HUGE_AMOUNTS))
+def test_an_amount_past_what_money_can_be_is_refused_at_every_door(desk, door, amount):
+    ids = desk.seed()
+    if door == "asked":
+        url, who, body = "/api/calls", AGENT, asked("huge")
+    elif door == "edit of the assistant's call":
+        url, who = f"/api/approvals/{ids['refund_call']}", REVIEWER
+        body = {"decision": "approve", "arguments_hash": ids["refund_hash"], "input": dict(REFUND)}
+    else:
+        url, who = f"/api/approvals/{ids['outside_call']}", REVIEWER
+        body = {"decision": "approve", "input": asked("waits")["input"]}
+    answer = desk.send_to(url, "POST", raw_with(body, ("input", "amount_cents"), HUGE_AMOUNTS[amount]), who)
+    assert 400 <= answer.status_code < 500, answer.get_data(as_text=True)

@@ -148,7 +148,7 @@ def test_text_with_a_nul_character_is_refused_by_name_on_every_database(api, rea
     decided = api.as_("reviewer@acme.test").post(
         "/api/approvals/1", json={"decision": "approve", "input": {"reason": ["late\x00"]}}
     )
-    assert decided.status_code == 422 and decided.json["fields"][0]["field"] == "input"
+    assert decided.status_code == 422 and decided.json["fields"][0]["field"] == "input.reason"
     audit = api.as_("auditor@acme.test").get("/api/audit", query_string={"q": "refund\x00"})
     assert audit.status_code == 422 and audit.json["error"] == "invalid_filter"
     assert audit.json["message"] == "The search text cannot contain the NUL character (\\u0000)."

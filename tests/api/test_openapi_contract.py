@@ -209,3 +209,113 @@ def test_negative_cases_are_refused_as_the_document_says(desk):
     assert not run.failures, run.report()
     assert 500 not in run.statuses
     assert {400, 404, 422} <= set(run.statuses), run.statuses
+
+
+# --- odd values in generated bodies -----------------------------------------------------------------
+
+ODD_EXAMPLES = int(os.environ.get("CONTRACT_ODD_EXAMPLES", "4"))
+ODD = {  # as written in the JSON: what no generator sends (schemathesis writes JSON with Python's json)
+    "a lone surrogate": '"x\\ud800"',
+    "a 30-digit integer": "1" * 30,
+    "1e308": "1e308",
+    "1e400": "1e400",
+}
+# Values a generated body gets half the time, so that bodies reach past "no such tool" to the checks
+# and records behind it: a tool declared for the test, a schema it could be declared with.
+KNOWN_VALUES = {
+    "tool": "transfer",
+    "input_schema": {"type": "object", "title": "Transfer", "properties": {"memo": {"type": "string"}}},
+}
+
+
+def test_odd_values_in_any_field_of_a_generated_body_are_never_a_server_error(desk):
+    """Each operation that takes a body gets valid generated bodies with each of their values (at any
+    depth) made each of the odd values in turn, and with an unknown field: no answer is a 500, and what
+    no field can keep (a lone surrogate, 1e400) or an unknown field is a 422."""
+    from tests.conftest import WebClient
+
+    schema, tokens, known, app = desk
+    client = WebClient(app)
+    declared = client.put(
+        "/api/external-tools/transfer",
+        json={"description": "Send money.", "input_schema": {"type": "object", "additionalProperties": True}},
+        headers={"Authorization": f"Bearer {tokens['admin']}"},
+    )
+    assert declared.status_code == 200, declared.json
+    ask = {"source": "bot", "tool": "transfer", "input": {}, "context": "Due.", "idempotency_key": "odd"}
+    asked = client.post("/api/calls", json=ask, headers={"Authorization": f"Bearer {tokens['agent']}"})
+    known = {**known, "name": ["transfer"], "tool": ["issue_refund"], "call_id": [asked.json["id"]]}
+    failures: list[str] = []
+    sent = Counter()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        if "requestBody" not in operation.definition.raw:
+            continue
+        allowed = app.view_functions[f"api.{operation.definition.raw['operationId']}"].allowed_roles
+        role = sorted(set(tokens) & set(allowed if allowed != "public" else tokens))[0]
+
+        @settings(
+            max_examples=ODD_EXAMPLES,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE), data=st.data())
+        def send(case, data):
+            for parameter, ids in known.items():  # noqa: B023 (run at once)
+                if case.path_parameters and parameter in case.path_parameters:
+                    case.path_parameters[parameter] = data.draw(st.sampled_from(ids))
+            body = dict(case.body) if isinstance(case.body, dict) else {}
+            for name, value in KNOWN_VALUES.items():
+                if name in body and data.draw(st.booleans()):
+                    body[name] = value
+            variants = [
+                (path, label, _raw_with(body, path, written))
+                for path in [*_leaves(body), ("colour",)]
+                for label, written in ODD.items()
+            ]
+            variants.append((("colour",), "an unknown field", json.dumps({**body, "colour": "red"})))
+            for path, label, raw in variants:
+                db.session.remove()
+                response = client.open(
+                    case.formatted_path,
+                    method=case.method,
+                    query_string=case.query,
+                    data=raw,
+                    content_type="application/json",
+                    headers={"Authorization": f"Bearer {tokens[role]}"},  # noqa: B023 (run at once)
+                )
+                sent[response.status_code] += 1
+                refused = label in ("a lone surrogate", "1e400", "an unknown field")
+                if response.status_code >= 500 or (refused and response.status_code not in (400, 404, 413, 422)):
+                    failures.append(  # noqa: B023 (run at once)
+                        f"{case.method} {case.formatted_path} {'.'.join(map(str, path))} = {label}: "
+                        f"{response.status_code} {response.get_data(as_text=True)[:200]}"
+                    )
+
+        send()
+    print(f"odd values: statuses {dict(sorted(sent.items()))}")
+    assert not failures, "\n".join(failures)
+    assert 422 in sent
+
+
+def _leaves(value, path=()):
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _leaves(inner, (*path, key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _leaves(inner, (*path, index))
+    elif path:
+        yield path
+
+
+def _raw_with(body: dict, path: tuple, written: str) -> str:
+    marked = json.loads(json.dumps({**body, path[0]: None} if len(path) == 1 and path[0] not in body else body))
+    inside = marked
+    for part in path[:-1]:
+        inside = inside[part]
+    inside[path[-1]] = "__odd__"
+    return json.dumps(marked).replace('"__odd__"', written)

@@ -330,3 +330,124 @@ def test_a_reminder_of_an_outside_call_names_the_agent_that_asked(api, app):
     notice = notify.notice_for(db.session, services().config, tools, call, "reminder")
     assert notice.lines[0] == "Transfer, asked by the outside agent treasury-bot for Acme Corp agent."
     assert notice.url.endswith(f"/approvals/{call.id}")
+
+
+# --- schemas the desk did not write -------------------------------------------------------------
+
+EVIL = "^(a|aa)+$"  # Python's re takes exponential time on "aaa...ab": 38 letters take seconds
+
+
+def with_account_pattern(pattern: str) -> dict:
+    schema = TRANSFER["input_schema"]
+    return {**schema, "properties": {**schema["properties"], "account": {"type": "string", "pattern": pattern}}}
+
+
+def test_a_pattern_that_takes_exponential_time_cannot_hold_a_web_thread(api, read):
+    assert declare(api, input_schema=with_account_pattern(EVIL)).status_code == 200
+    started = time.monotonic()
+    refused = ask(api, input={"amount_cents": 500, "account": "a" * 38 + "b"})
+    assert time.monotonic() - started < 2
+    assert refused.status_code == 422 and refused.json["error"] == "invalid_input"
+    (field,) = refused.json["fields"]
+    assert field["field"] == "input.account"
+    assert f"could not be checked against the pattern '{EVIL}' in time" in field["problem"]
+    assert read(lambda s: s.scalar(select(func.count(ToolCall.id)))) == 0
+    assert ask(api, input={"amount_cents": 500, "account": "aaaa"}, key="k2").status_code == 201  # it matches
+    wrong = ask(api, input={"amount_cents": 500, "account": "ACME-17"}, key="k3")
+    assert wrong.status_code == 422 and "does not match" in wrong.json["fields"][0]["problem"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        ("(unclosed", "is not a regular expression"),
+        ("((a{100}){100}){100}", "too large to run"),
+        ("(?x) a b # spaced", "verbose"),
+    ],
+)
+def test_a_pattern_the_desk_cannot_run_is_refused_when_declared(api, pattern, says):
+    refused = declare(api, input_schema=with_account_pattern(pattern))
+    assert refused.status_code == 422 and refused.json["error"] == "invalid_tool"
+    assert refused.json["fields"][0]["field"] == "input_schema" and says in refused.json["message"]
+    assert api.as_(ADMIN).get("/api/external-tools").json["tools"] == []
+
+
+def test_a_schema_of_more_patterns_than_the_desk_runs_is_refused_when_declared(api):
+    from webapp.tools.described import MAX_PATTERNS
+
+    properties = {f"code{n}": {"type": "string", "pattern": "^[A-Z]{3}$"} for n in range(MAX_PATTERNS + 1)}
+    refused = declare(api, input_schema={"type": "object", "properties": {**properties, "amount_cents": {}}})
+    assert refused.status_code == 422 and refused.json["fields"][0]["field"] == "input_schema"
+    assert f"the desk runs at most {MAX_PATTERNS}" in refused.json["message"]
+
+
+def raw_declaration(schema_text: str) -> str:
+    import json
+
+    body = json.dumps({**TRANSFER, "input_schema": "__schema__"})
+    return body.replace('"__schema__"', schema_text)
+
+
+def test_a_number_that_is_not_finite_is_refused_by_name_in_a_schema_and_in_an_input(api, read):
+    import json
+
+    schema = json.dumps(TRANSFER["input_schema"]).replace('"minimum": 1', '"minimum": 1, "maximum": 1e400')
+    refused = api.as_(ADMIN).put(
+        "/api/external-tools/transfer", data=raw_declaration(schema), content_type="application/json"
+    )
+    assert refused.status_code == 422, refused.json
+    assert refused.json["fields"][0]["field"] == "input_schema"
+    assert "not finite" in refused.json["message"] and "properties.amount_cents.maximum" in refused.json["message"]
+    assert api.as_(ADMIN).get("/api/external-tools").json["tools"] == []
+
+    assert declare(api).status_code == 200
+    for written in ("1e400", "-1e400", "NaN", "Infinity"):
+        body = json.dumps({"source": "bot", "tool": "transfer", "input": {"amount_cents": 1, "account": "A-1"}})
+        raw = body.replace('"amount_cents": 1', f'"amount_cents": {written}')
+        more = ', "context": "Due.", "idempotency_key": "k"}'
+        answer = api.as_(AGENT).post("/api/calls", data=raw[:-1] + more, content_type="application/json")
+        assert answer.status_code == 422, (written, answer.json)
+        assert answer.json["fields"][0]["field"] == "input.amount_cents" and "not finite" in answer.json["message"]
+    assert read(lambda s: s.scalar(select(func.count(ToolCall.id)))) == 0
+
+
+def test_a_lone_surrogate_anywhere_in_a_request_is_refused_by_name_and_nothing_is_kept(api, read):
+    import json
+
+    assert declare(api).status_code == 200
+    raw = json.dumps(
+        {
+            "source": "treasury-bot",
+            "tool": "transfer",
+            "input": {"amount_cents": 500, "account": "ACME-17", "memo": "__memo__"},
+            "context": "Due today.",
+            "idempotency_key": "k1",
+        }
+    ).replace('"__memo__"', '"invoice \\ud800 88"')
+    refused = api.as_(AGENT).post("/api/calls", data=raw, content_type="application/json")
+    assert refused.status_code == 422, refused.json
+    assert refused.json["fields"] == [
+        {
+            "field": "input.memo",
+            "problem": "cannot be read: the JSON holds text that is not valid Unicode (a lone surrogate); "
+            "send whole characters",
+        }
+    ]
+    assert "the JSON holds text that is not valid Unicode (a lone surrogate)" in refused.json["message"]
+    assert read(lambda s: s.scalar(select(func.count(ToolCall.id)))) == 0
+    schema = json.dumps(TRANSFER["input_schema"]).replace('"type": "string"}', '"type": "string", "title": "\\udfff"}')
+    declared = api.as_(ADMIN).put(
+        "/api/external-tools/transfer2", data=raw_declaration(schema), content_type="application/json"
+    )
+    assert declared.status_code == 422 and declared.json["fields"][0]["field"] == "input_schema"
+
+
+def test_two_declared_tools_cannot_share_a_name_in_another_case(api):
+    assert declare(api, name="Transfer").status_code == 200
+    refused = declare(api, name="transfer")
+    assert refused.status_code == 422 and refused.json["error"] == "invalid_tool"
+    assert "The name transfer is taken by the declared tool Transfer" in refused.json["message"]
+    assert [tool["name"] for tool in api.as_(ADMIN).get("/api/external-tools").json["tools"]] == ["Transfer"]
+    assert declare(api, name="Transfer", description="Send money to a supplier.").status_code == 200  # itself
+    own = declare(api, name="Issue_Refund")  # the desk's own tool, in another case
+    assert own.status_code == 422 and "desk's own" in own.json["message"]

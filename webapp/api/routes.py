@@ -30,6 +30,7 @@ from webapp.api.schemas import (
     CallQuery,
     CallView,
     CancelCall,
+    CancelConversation,
     CancelRequested,
     ClaimApproval,
     ConversationList,
@@ -59,6 +60,8 @@ from webapp.api.schemas import (
     PolicySaved,
     PolicyView,
     PostMessage,
+    ReleaseClaim,
+    RemoveWebhook,
     ReportOutcome,
     RevokeToken,
     RunCreated,
@@ -240,11 +243,14 @@ def conversation_events(conversation_id: int):
 @bp.post("/conversations/<int:conversation_id>/cancel")
 @documented(
     "Stop a conversation",
+    body=CancelConversation,
+    body_required=False,
     responses={202: CancelRequested},
     errors={403: OTHER_AGENTS, 409: "not_running: the conversation has stopped already."},
 )
 @api_roles("agent", "reviewer", "admin")
 def cancel_conversation(conversation_id: int):
+    optional_body(CancelConversation)  # (it takes no field: only an empty body, or {})
     conversation = conversation_or_404(conversation_id)
     conversations.cancel(db.session, g.user, conversation)
     return answer(CancelRequested.of(conversation), 202)
@@ -406,11 +412,14 @@ def claim_approval(tool_call_id: int):
 @bp.delete("/approvals/<int:tool_call_id>/claim")
 @documented(
     "Give up your claim on a call",
+    body=ReleaseClaim,
+    body_required=False,
     responses={200: ToolCallView},
     errors={409: "claimed: another reviewer holds it (the message names them)."},
 )
 @api_roles("reviewer")
 def release_approval(tool_call_id: int):
+    optional_body(ReleaseClaim)  # (it takes no field: only an empty body, or {})
     return answer(ToolCallView.of(approvals.release(db.session, g.user, tool_call_id), tenant_tools()))
 
 
@@ -767,10 +776,11 @@ def list_webhooks():
 
 
 @bp.delete("/webhooks/<int:webhook_id>")
-@documented("Remove a webhook", responses={200: WebhookView})
+@documented("Remove a webhook", body=RemoveWebhook, body_required=False, responses={200: WebhookView})
 @api_roles("admin")
 def delete_webhook(webhook_id: int):
-    """No more events go to it; its delivery log stays."""
+    """No more events go to it; its delivery log stays readable."""
+    optional_body(RemoveWebhook)  # (it takes no field: only an empty body, or {})
     subscription = webhook_actions.remove(db.session, g.user, webhook_id)
     return answer(
         WebhookView.of(subscription, people_emails([subscription.created_by_id]).get(subscription.created_by_id))

@@ -44,6 +44,7 @@ from webapp.audit.queries import API_MAX_LIMIT, MAX_CONVERSATION
 from webapp.conversations import cards
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
 from webapp.models import ApiToken, Conversation, ToolCall, WebhookDelivery, WebhookSubscription
+from webapp.tools import described
 from webapp.tools.registry import Review, ToolRegistry
 from webapp.tools.tasks import INPUT_REQUIRED, MAX_INPUT_CHARS
 from webapp.web.errors import Refused
@@ -190,6 +191,18 @@ class GiveInput(RequestBody):
 
 class RevokeToken(RequestBody):
     """Revoking a token takes no fields; a body, if sent, must be an empty JSON object."""
+
+
+class CancelConversation(RequestBody):
+    """Stopping a conversation takes no fields; a body, if sent, must be an empty JSON object."""
+
+
+class ReleaseClaim(RequestBody):
+    """Giving up a claim takes no fields; a body, if sent, must be an empty JSON object."""
+
+
+class RemoveWebhook(RequestBody):
+    """Removing a webhook takes no fields; a body, if sent, must be an empty JSON object."""
 
 
 LimitCount = Annotated[
@@ -700,10 +713,9 @@ def optional_body(model: type[M]) -> M:
 def parse(model: type[M], data: object) -> M:
     if not isinstance(data, dict):
         raise Refused(400, "invalid_json", "Send a JSON object with Content-Type: application/json.")
-    holding_nul = [name for name, value in data.items() if _holds_nul(name) or _holds_nul(value)]
-    if holding_nul:
-        problem = "must not contain the NUL character (\\u0000), in its text or in any name or text inside it"
-        raise InvalidFields([FieldProblem(field=name, problem=problem) for name in holding_nul[:MAX_PROBLEMS]], [])
+    odd = _odd_fields(model, data)
+    if odd:
+        raise InvalidFields(odd[:MAX_PROBLEMS], [], unlisted=max(0, len(odd) - MAX_PROBLEMS))
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -742,6 +754,9 @@ def _field_at(model: type[BaseModel], loc: tuple) -> tuple[str, Any]:
         return "(body)", None
     names, field, inside = [], None, model
     for part in loc:
+        if isinstance(part, int) and names and _listed_body(_annotations(field)):
+            names[-1] += f"[{part}]"  # an item of a list of bodies: "items[3]", then its own field
+            continue
         if inside is None or not isinstance(part, str):
             break
         field = inside.model_fields.get(part) or next(
@@ -750,9 +765,8 @@ def _field_at(model: type[BaseModel], loc: tuple) -> tuple[str, Any]:
         names.append(part)
         if field is None:
             break
-        inside = next(
-            (kind for kind in (field.annotation, *getattr(field.annotation, "__args__", ())) if _is_body(kind)), None
-        )
+        kinds = _annotations(field)
+        inside = next((kind for kind in kinds if _is_body(kind)), None) or _listed_body(kinds)
     return ".".join(names), field
 
 
@@ -760,21 +774,77 @@ def _is_body(kind: object) -> bool:
     return isinstance(kind, type) and issubclass(kind, RequestBody)
 
 
-def _holds_nul(value: object) -> bool:
-    """Whether a NUL character is in this JSON value: a string, or any key or string inside it. (Walked
-    without recursion: a body's nesting is as deep as its sender likes.)"""
-    pending = [value]
+# What a field holding what no text or number the desk keeps can be is told (described.odd_value's kinds).
+_ODD = {
+    described.NUL: "must not contain the NUL character (\\u0000), in its text or in any name or text inside it",
+    described.LONE_SURROGATE: (
+        "cannot be read: the JSON holds text that is not valid Unicode (a lone surrogate); send whole characters"
+    ),
+    described.NOT_FINITE: (
+        "holds a number that is not finite: 1e400 is too large for a number, and NaN and Infinity are not JSON"
+    ),
+}
+
+
+def _odd_fields(model: type[BaseModel], data: dict) -> list[FieldProblem]:
+    """The fields of a body that hold a NUL character, a lone surrogate or a number that is not finite
+    (1e400, read as infinity), in a name or a value at any depth: no column or audit record can keep
+    them. Named as _refusal names fields, into nested bodies and lists of them ("items[3].message") and
+    into a tool's arguments ("input.amount_cents"); deeper, the problem says where. (Walked without
+    recursion: a body's nesting is as deep as its sender likes.)"""
+    problems: dict[str, FieldProblem] = {}
+    pending: list[tuple[type[BaseModel] | None, dict, str]] = [(model, data, "")]
     while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return False
+        inside, value, prefix = pending.pop()
+        for key, item in value.items():
+            name = f"{prefix}.{_printable(key)}" if prefix else _printable(key)
+            field = _model_field(inside, key) if inside is not None else None
+            kinds = _annotations(field)
+            if (what := described.oddity(key)) is not None:
+                problems.setdefault(name, FieldProblem(field=name, problem=_ODD[what]))
+            elif isinstance(item, dict) and (nested := next((k for k in kinds if _is_body(k)), None)):
+                pending.append((nested, item, name))
+            elif isinstance(item, dict) and ToolArguments in kinds:
+                pending.append((None, item, name))  # each argument a field of its own, as the tool names them
+            elif isinstance(item, list) and (nested := _listed_body(kinds)):
+                for index, element in enumerate(item):
+                    if isinstance(element, dict):
+                        pending.append((nested, element, f"{name}[{index}]"))
+                    elif (found := described.odd_value(element)) is not None:
+                        problems.setdefault(f"{name}[{index}]", _odd_problem(f"{name}[{index}]", *found))
+            elif (found := described.odd_value(item)) is not None:
+                problems.setdefault(name, _odd_problem(name, *found))
+    return sorted(problems.values(), key=lambda problem: problem.field)
+
+
+def _odd_problem(name: str, where: str, what: str) -> FieldProblem:
+    return FieldProblem(field=name, problem=_ODD[what] + (f" (at {where})" if where else ""))
+
+
+def _printable(name: str) -> str:
+    """A name as sent, a lone surrogate in it written as its escape (\\ud800) so the answer is text."""
+    return name.encode("utf-8", "backslashreplace").decode()
+
+
+def _model_field(model: type[BaseModel], name: str) -> Any:
+    return model.model_fields.get(name) or next((f for f in model.model_fields.values() if f.alias == name), None)
+
+
+def _annotations(field: Any) -> tuple:
+    """A field's type and, for an optional or a union, the types it may be."""
+    if field is None:
+        return ()
+    return (field.annotation, *getattr(field.annotation, "__args__", ()))
+
+
+def _listed_body(kinds: tuple) -> type[RequestBody] | None:
+    """The body each item of a list field is (list[RunItemIn]: RunItemIn), if it is one."""
+    for kind in kinds:
+        if getattr(kind, "__origin__", None) is list:
+            (item,) = kind.__args__
+            if _is_body(item):
+                return item
+    return None
 
 
 def _shown(name: str) -> str:
