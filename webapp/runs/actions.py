@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -47,19 +48,34 @@ _COUNTED_AS = {
 }
 
 
-def create(session: Session, user: User, messages: list[str], *, batch: bool, title: str = "") -> Run:
-    """A run of these messages (checked one by one, every problem named by item), stored and audited;
-    its conversations start in the background."""
+def create(
+    session: Session,
+    user: User,
+    messages: list[str],
+    *,
+    batch: bool,
+    title: str = "",
+    lines: Sequence[int] | None = None,
+) -> Run:
+    """A run of these messages (checked one by one, every problem named by item, or by the line of
+    the file it came from when `lines` says which), stored and audited; its conversations start in
+    the background."""
     if not messages:
         raise Refused(422, "invalid_field", "A run needs at least one item.")
     if len(messages) > MAX_ITEMS:
         raise Refused(422, "invalid_field", f"A run has at most {MAX_ITEMS:,} items; this one has {len(messages):,}.")
     problems = []
     for position, text in enumerate(messages, start=1):
+        where = f"line {lines[position - 1]}" if lines is not None else f"item {position}"
         try:
             conversations.check_message(text)
         except Refused as refusal:
-            problems.append(f"item {position}: {refusal.message}")
+            problems.append(f"{where}: {refusal.message}")
+            continue
+        if "\x00" in text:
+            problems.append(f"{where}: A message cannot hold the NUL character (\\u0000).")
+        elif not _is_unicode(text):
+            problems.append(f"{where}: The message holds text that is not valid Unicode (a lone surrogate).")
     if problems:
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         raise Refused(422, "invalid_field", "Some items cannot run: " + "; ".join(problems[:5]) + more)
@@ -277,6 +293,11 @@ def read_items(filename: str, data: bytes) -> list[str]:
     """The messages of an uploaded file: JSON Lines (`{"message": ...}` a line) or CSV (a `message`
     column, else the first column; a header row is told by that name). Refuses what cannot be read,
     naming the line."""
+    return [message for _, message in read_lines(filename, data)]
+
+
+def read_lines(filename: str, data: bytes) -> list[tuple[int, str]]:
+    """As read_items, each message with the line of the file it starts on (for `create`'s `lines`)."""
     if len(data) > MAX_FILE_BYTES:
         raise Refused(422, "invalid_file", f"The file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB.")
     try:
@@ -289,9 +310,9 @@ def read_items(filename: str, data: bytes) -> list[str]:
     return _csv_rows(text)
 
 
-def _json_lines(text: str) -> list[str]:
+def _json_lines(text: str) -> list[tuple[int, str]]:
     messages = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):  # (not splitlines: JSON text may hold U+2028)
         if not line.strip():
             continue
         try:
@@ -302,24 +323,37 @@ def _json_lines(text: str) -> list[str]:
             raise Refused(
                 422, "invalid_file", f'Line {number} must be an object with one field, "message", holding text.'
             )
-        messages.append(item["message"])
+        messages.append((number, item["message"]))
     return messages
 
 
-def _csv_rows(text: str) -> list[str]:
+def _csv_rows(text: str) -> list[tuple[int, str]]:
+    reader = csv.reader(io.StringIO(text))
+    rows, starts = [], 1  # each row with the line it starts on (a quoted cell may hold line breaks)
     try:
-        rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
+        for row in reader:
+            if any(cell.strip() for cell in row):
+                rows.append((starts, row))
+            starts = reader.line_num + 1
     except csv.Error as exc:
         raise Refused(422, "invalid_file", f"The CSV cannot be read: {exc}.") from None
     if not rows:
         return []
-    header = [cell.strip().lower() for cell in rows[0]]
+    header = [cell.strip().lower() for cell in rows[0][1]]
     column = header.index("message") if "message" in header else 0
     if "message" in header:
         rows = rows[1:]
     messages = []
-    for number, row in enumerate(rows, start=2 if "message" in header else 1):
+    for line, row in rows:
         if column >= len(row):
-            raise Refused(422, "invalid_file", f"Row {number} has no message column.")
-        messages.append(row[column])
+            raise Refused(422, "invalid_file", f"Line {line} has no message column.")
+        messages.append((line, row[column]))
     return messages
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -62,8 +62,15 @@ def create():
     try:
         if upload is None or not upload.filename:
             raise Refused(422, "invalid_file", "Choose a CSV or JSON Lines file of the items first.")
-        messages = runs.read_items(upload.filename, upload.read(runs.MAX_FILE_BYTES + 1))
-        run = runs.create(db.session, current_user, messages, batch=batch, title=title or upload.filename)
+        items = runs.read_lines(upload.filename, upload.read(runs.MAX_FILE_BYTES + 1))
+        run = runs.create(
+            db.session,
+            current_user,
+            [message for _, message in items],
+            batch=batch,
+            title=title or upload.filename,
+            lines=[line for line, _ in items],
+        )
     except Refused as exc:
         db.session.rollback()
         return _render_index(exc.status, f"{exc.message} Choose the file again.", title, batch)
