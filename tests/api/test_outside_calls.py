@@ -93,7 +93,12 @@ def test_a_declared_tool_waits_by_default_and_an_edited_call_needs_two_people(ap
     still = api.as_(AGENT).get(f"/api/calls/{call['id']}").json
     assert still["status"] == "waiting" and still["approvals"] == 1 and still["input"]["amount_cents"] == 20_000
 
-    second = api.as_(REVIEWER2).post(f"/api/approvals/{call['id']}", json={"decision": "approve"})
+    bare = api.as_(REVIEWER2).post(f"/api/approvals/{call['id']}", json={"decision": "approve"})
+    assert bare.status_code == 409 and bare.json["error"] == "arguments_changed"  # edited: say what you approve
+    second = api.as_(REVIEWER2).post(
+        f"/api/approvals/{call['id']}",
+        json={"decision": "approve", "arguments_hash": decisions.arguments_hash(still["input"])},
+    )
     assert second.status_code == 200, second.json
     decided = api.as_(AGENT).get(f"/api/calls/{call['id']}").json
     assert decided["status"] == "approved" and decided["edited"] is True
