@@ -790,7 +790,7 @@ def _odd_fields(model: type[BaseModel], data: dict) -> list[FieldProblem]:
     """The fields of a body that hold a NUL character, a lone surrogate or a number that is not finite
     (1e400, read as infinity), in a name or a value at any depth: no column or audit record can keep
     them. Named as _refusal names fields, into nested bodies and lists of them ("items[3].message") and
-    into a tool's arguments ("input.amount_cents"); deeper, the problem says where. (Walked without
+    into a tool's arguments ("input.memo"); deeper, the problem says where. (Walked without
     recursion: a body's nesting is as deep as its sender likes.)"""
     problems: dict[str, FieldProblem] = {}
     pending: list[tuple[type[BaseModel] | None, dict, str]] = [(model, data, "")]
