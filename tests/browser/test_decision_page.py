@@ -91,6 +91,9 @@ def test_after_a_decision_the_page_moves_to_the_next_call_and_a_second_key_confi
         re.compile(r"You approved Email a customer #\d+\. Here is the oldest call still waiting for you\.")
     )
     expect(reviewer.locator("#decision-panel h1")).to_contain_text("Issue a refund")
+    with reviewer.expect_response(re.compile(r"/panel$")):  # a live refresh (as the live stream opens)
+        reviewer.evaluate(REFRESH_PANEL)
+    expect(reviewer.locator(".flash").first).to_contain_text("You approved Email a customer")  # still said
 
     reviewer.wait_for_load_state("load")
     reviewer.keyboard.press("a")
