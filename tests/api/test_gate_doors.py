@@ -198,3 +198,30 @@ def test_an_approval_without_the_arguments_it_approves_is_refused_once_a_reviewe
     bare = api.as_(REVIEWER2).post(f"/api/approvals/{call['id']}", json={"decision": "approve"})
     assert bare.status_code == 409 and bare.json["error"] == "arguments_changed", bare.json
     assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"
+
+
+def test_an_agents_report_that_a_call_failed_frees_no_room_under_the_limits(api):
+    in_force(api, {"mode": "above_amount", "threshold_cents": 200_000, "limits": {"tenant_day_count": 1}})
+    first = ask(api, "first", amount_cents=100_000).json
+    assert first["status"] == "approved"
+    reported = api.as_(AGENT).post(f"/api/calls/{first['id']}/outcome", json={"ok": False, "summary": "Bounced."})
+    assert reported.status_code == 200, reported.json
+    assert ask(api, "second", amount_cents=100_000).json["status"] == "waiting"  # the limit still counts it
+
+
+def test_an_edit_after_the_tool_reads_its_calls_otherwise_needs_another_reviewer(api, read):
+    in_force(api, {"mode": "always"})
+    call = ask(api, "before-redeclared", amount_cents=200_000, fee_cents=100).json
+    assert declare(api, amount="fee_cents", policy={"mode": "always"}).status_code == 200  # reads the fee now
+    raised = {"amount_cents": 900_000, "fee_cents": 100, "account": "ACME-17"}  # what was the amount, raised
+    assert decide(api, REVIEWER, call, input=raised).status_code == 200
+    assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"
+
+
+def test_a_tool_removed_and_declared_again_without_its_subject_does_not_escape_its_limit_per_subject(api):
+    in_force(api, {"mode": "never", "limits": {"subject_day_count": 1}})  # runs at once, once per account a day
+    assert ask(api, "one", amount_cents=100).json["status"] == "approved"
+    assert ask(api, "two", amount_cents=100).json["status"] == "waiting"
+    assert api.as_(ADMIN).delete("/api/external-tools/wire").status_code == 200
+    back = declare(api, subject=None)  # with no subject, the limit per account would never count
+    assert back.status_code == 409 and back.json["error"] == "loosens_alone", back.json

@@ -19,7 +19,7 @@ import zlib
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
@@ -40,6 +40,9 @@ from webapp.tools.registry import RETRY_HINT, InvalidInput, Tool, ToolContext, T
 # What counts as having run (or being about to run) without a person: calls the policy let through,
 # not the ones that failed their checks or were stopped.
 _RAN = (CallStatus.PENDING, CallStatus.RUNNING, CallStatus.AWAITING_TASK, CallStatus.SUCCEEDED)
+# ... and an outside call let through, whatever its agent reports of it afterwards: a report that it
+# failed is the agent's word, and would free the limits for its next calls.
+_COUNTED = or_(ToolCall.status.in_(_RAN), and_(ToolCall.status == CallStatus.FAILED, ToolCall.source.is_not(None)))
 # How strict each rule is, for telling a loosening from a tightening.
 _STRICTNESS = {"never": 0, "above_amount": 1, "always": 2}
 MONEY_WORDS = f"a whole number of cents from 0 to {MAX_MONEY_CENTS:,} (dollars: at most two decimals)"
@@ -137,7 +140,7 @@ def limit_reached(session: Session, policy: Policy, call: ToolCall) -> str | Non
                 ToolCall.name == call.name,
                 ToolCall.id != call.id,
                 ToolCall.requires_approval.is_(False),
-                ToolCall.status.in_(_RAN),
+                _COUNTED,
                 *scopes[scope],
             )
         ).one()
@@ -188,11 +191,13 @@ def edit_widens(tools: ToolRegistry, call: ToolCall, edited: dict, context: Tool
     asked, so another reviewer's approval is needed."""
     said = []
     was, now = tools.amount_of(call.name, call.input), tools.amount_of(call.name, edited)
+    subjects = [tools.subject_of(call.name, arguments, context) for arguments in (call.input, edited)]
+    if (was, subjects[0]) != (call.money_cents, call.subject):  # the tool reads its calls otherwise since
+        return ["What the desk reads of this call as its amount or subject changed since it was asked."]
     if was is not None and (now is None or now > was):
         said.append(f"The amount goes from {dollars(was)} to {dollars(now) or 'an amount not told'}.")
     elif was is None and now is not None:
         said.append(f"The amount goes from none told to {dollars(now)}.")
-    subjects = [tools.subject_of(call.name, arguments, context) for arguments in (call.input, edited)]
     if subjects[0] != subjects[1]:
         said.append(f"What it acts on goes from {subjects[0] or 'nothing named'} to {subjects[1] or 'nothing named'}.")
     added = sorted(set(edited) - set(call.input or {}))
@@ -250,11 +255,12 @@ def reading_loosenings(before: dict, after: dict, policy: Policy) -> list[str]:
     policy reads is looser, since some call would then be weighed on other numbers: when unsure, looser.
     A reading unknown before (a tool that disappears and comes back) is `{}`."""
     said = []
+    unknown = not before  # nothing to compare with: whatever it reads now is new
     if reads_money(policy):
         for key, words in (("amount", "the argument read as the amount"), ("amount_unit", "the amount's unit")):
-            if before.get(key) != after.get(key):
+            if unknown or before.get(key) != after.get(key):
                 said.append(f"The policy weighs money, and {words} goes from {before.get(key)} to {after.get(key)}.")
-    if reads_subject(policy) and before.get("subject") != after.get("subject"):
+    if reads_subject(policy) and (unknown or before.get("subject") != after.get("subject")):
         said.append(
             f"The policy has a limit per subject, and the argument read as the subject goes from "
             f"{before.get('subject')} to {after.get('subject')}."
