@@ -30,8 +30,8 @@ steps (minutes), and the run prints what it reached (docs/testing.md).
 A failure says what broke, each line marked with its kind: [500]; [amount] an amount that is not money
 taken or stored; [rule] or [limits] a call that ran with no person outside its rule or past a limit;
 [reported] past a limit only if the calls their agent reported as failed count; [approvals] too few
-approvals that count; [reread] an edit that widened the call only as its tool read it when the call was
-asked (declared again since); [total] a total that shrank; [looser] a gate loosened alone; [comeback]
+approvals that count; [reread] the same, where the edit widened the call only as its tool read it when
+the call was asked (declared again since); [total] a total that shrank; [looser] a gate loosened alone; [comeback]
 the same for a tool removed and declared again; [audit] a loosening `policy_changed` without two
 people; [idempotency] another's call returned for a key. GATE_SKIP=reported,reread looks past the kinds
 named while they are being fixed.
@@ -136,23 +136,30 @@ readings = st.fixed_dictionaries(
         "subject": st.sampled_from((None, "account", "payee")),
     }
 )
-# none, or one or two limits (a count: 1 to 3 calls; money: $50 to $1,000)
-limit_sets = st.one_of(
-    st.none(),
-    st.lists(
-        st.sampled_from(LIMITS).flatmap(
-            lambda name: st.tuples(
-                st.just(name), st.sampled_from((1, 2, 3) if name.endswith("_count") else (5_000, 15_000, 100_000))
-            )
-        ),
-        max_size=2,
-        unique_by=lambda limit: limit[0],
-    ).map(dict),
+# one or two limits (a count: 1 to 3 calls; money: $50 to $1,000)
+some_limits = st.lists(
+    st.sampled_from(LIMITS).flatmap(
+        lambda name: st.tuples(
+            st.just(name), st.sampled_from((1, 2, 3) if name.endswith("_count") else (5_000, 15_000, 100_000))
+        )
+    ),
+    min_size=1,
+    max_size=2,
+    unique_by=lambda limit: limit[0],
+).map(dict)
+any_limits = st.none() | st.just({}) | some_limits  # None: as they are; {}: none
+# a tool's first policy counts its calls, whatever it reads (2 or 3 with no person a day, in a scope)
+counted = st.dictionaries(
+    st.sampled_from(("subject_day_count", "tenant_day_count", "person_day_count")),
+    st.sampled_from((2, 3)),
+    min_size=1,
+    max_size=2,
 )
 
 
 @st.composite
-def policies(draw) -> dict:
+def policies(draw, limits=any_limits) -> dict:
+    """A policy as PUT /api/policies takes it; `limits` None leaves them as they are, {} clears them."""
     mode = draw(st.sampled_from(("above_amount", "always", "never")))
     body: dict = {"mode": mode}
     if mode == "above_amount":
@@ -160,7 +167,7 @@ def policies(draw) -> dict:
     approvals = draw(st.sampled_from((None, 1, 2, 3)))
     if approvals is not None:
         body["approvals"] = approvals
-    limits = draw(limit_sets)
+    limits = draw(limits)
     if limits is not None:
         body["limits"] = limits
     return body
@@ -344,7 +351,8 @@ class GateMachine(RuleBasedStateMachine):
 
     # --- admins -------------------------------------------------------------------------------
 
-    @initialize(transfer=readings, payout=readings, transfer_policy=policies(), payout_policy=policies())
+    # the first policies have limits, so that what runs with no person adds up to one now and then
+    @initialize(transfer=readings, payout=readings, transfer_policy=policies(counted), payout_policy=policies(counted))
     def declare_both(self, transfer, payout, transfer_policy, payout_policy):
         """Each example starts with both tools declared, by one admin with the policy drawn (or none, if
         the tool cannot have it), any loosening of it approved by the other admin (so that some calls
@@ -455,7 +463,7 @@ class GateMachine(RuleBasedStateMachine):
                 st.sampled_from(AGENTS),
                 st.sampled_from(TOOLS),
                 inputs,
-                st.sampled_from((None,) * 6 + ("k1", "k2")),  # None: a key of its own
+                st.sampled_from((None,) * 10 + ("k1", "k2")),  # None: a key of its own
             ),
             min_size=1,
             max_size=4,
@@ -504,7 +512,12 @@ class GateMachine(RuleBasedStateMachine):
             )
         value = arguments.get(gate.subject) if gate.subject else None
         subject = f"{gate.subject}:{value}"[:200] if value not in (None, "") else None
-        alone = not self.read(lambda s: s.get(ToolCall, call_id).requires_approval)
+        waited, flagged = self.read(
+            lambda s: s.execute(select(ToolCall.requires_approval, ToolCall.policy).where(ToolCall.id == call_id)).one()
+        )
+        alone = not waited
+        if waited and (flagged or {}).get("limit"):
+            REACHED["waited for a limit"] += 1
         if alone:
             why = self.must_wait(gate, cents, subject, agent, tool)
             if why:
@@ -559,24 +572,25 @@ class GateMachine(RuleBasedStateMachine):
         return None
 
     @precondition(lambda self: self.calls)
-    @rule(ok=st.booleans(), data=st.data())
-    def report(self, ok, data):
-        """The agent that asked says what a call did (one that ran with no person, or may run, while any)."""
+    @rule(what=st.sampled_from(("ran", "failed", "ran", "failed", "give up")), data=st.data())
+    def follow_up(self, what, data):
+        """The agent that asked says what a call did (one that ran with no person, or may run, while any
+        does), or gives up a call (one that waits, while any does)."""
+        if what == "give up":
+            waiting = sorted(call for call, status in self.statuses.items() if status == "awaiting_approval")
+            call = self.calls[data.draw(st.sampled_from(waiting or sorted(self.calls)), label="call")]
+            self.send("post", call.asker, f"/api/calls/{call.id}/cancel", {"reason": "Paid by cheque."})
+            self.step = f"{call.asker} gave up call {call.id}"
+            return
         may_run = sorted(call for call, status in self.statuses.items() if status in ("pending", "approved"))
         may_run = [call for call in may_run if self.calls[call].alone] or may_run
         call = self.calls[data.draw(st.sampled_from(may_run or sorted(self.calls)), label="call")]
-        answer = self.send("post", call.asker, f"/api/calls/{call.id}/outcome", {"ok": ok, "summary": "Done."})
+        body = {"ok": what == "ran", "summary": "Done." if what == "ran" else "The bank refused it."}
+        answer = self.send("post", call.asker, f"/api/calls/{call.id}/outcome", body)
         if answer.status_code == 200:
-            REACHED["reported " + ("ran" if ok else "failed") + (" with no person" if call.alone else "")] += 1
-            call.reported_failed = not ok
-        self.step = f"{call.asker} reported call {call.id}"
-
-    @precondition(lambda self: self.calls)
-    @rule(data=st.data())
-    def give_up(self, data):
-        call = self.calls[data.draw(st.sampled_from(sorted(self.calls)), label="call")]
-        self.send("post", call.asker, f"/api/calls/{call.id}/cancel", {"reason": "Paid by cheque."})
-        self.step = f"{call.asker} gave up call {call.id}"
+            REACHED[f"reported {what}{' with no person' if call.alone else ''}"] += 1
+            call.reported_failed = what == "failed"
+        self.step = f"{call.asker} reported call {call.id} {what}"
 
     # --- reviewers ----------------------------------------------------------------------------
 
@@ -618,14 +632,14 @@ class GateMachine(RuleBasedStateMachine):
             read_now = widening(current, edited, {now.amount} - {None}, {now.subject} - {None})
             self.wideners[call.id][reviewer] = (how, read_now is None)
             REACHED["an edit that widens taken"] += 1
-        for gate, problem in ((now, "amount"), (call.gate, "reread")):  # [reread]: not money as read when asked
-            if gate.amount and not money(edited.get(gate.amount), gate.unit)[0]:
-                self.fail(
-                    problem,
-                    f"{reviewer}'s edit of call {call.id} was taken with {gate.amount}={edited[gate.amount]!r} "
-                    f"({gate.unit}), which is not money",
-                )
-                break
+        # (a value that is not money in the argument the tool read as money when the call was asked, and
+        # reads no more, widens the call: the approvals below then need another reviewer)
+        if now.amount and not money(edited.get(now.amount), now.unit)[0]:
+            self.fail(
+                "amount",
+                f"{reviewer}'s edit of call {call.id} was taken with {now.amount}={edited[now.amount]!r} "
+                f"({now.unit}), which is not money",
+            )
 
     # --- what the desk promises ---------------------------------------------------------------
 
@@ -734,9 +748,10 @@ class GateMachine(RuleBasedStateMachine):
                     f"now {arguments} under {self.gates.get(name)}; widened: "
                     f"{ {who: how for who, (how, _) in wideners.items()} or 'by nobody' })",
                 )
-        for name, total in totals.items():
-            if total < self.totals.get(name, 0):
-                self.fail("total", f"what ran of {name} with no person went from {self.totals[name]} to {total} cents")
+        for name in sorted(totals.keys() | self.totals.keys()):
+            was, now = self.totals.get(name, 0), totals.get(name, 0)
+            if now < was:
+                self.fail("total", f"what ran of {name} with no person went from {was} to {now} cents")
         self.totals = dict(totals)
 
     # --- plumbing -----------------------------------------------------------------------------
@@ -779,17 +794,16 @@ def people(app) -> dict[str, int]:
     return ids
 
 
-# Paths this machine found that nobody listed, open while their fixes land (remove the mark with the last):
-# [reported] an outside agent that reports a call failed gets back what it ran under the limits (a
-# $1,000 call reported failed, and the next $1,000 runs at once under a $1,500 daily limit);
-# [reread] an edit is weighed by the tool's declaration in force now, not the one the call was asked
-# under (declared again to read no amount under "always", a $2,000 wire raised to $1,000,000 and another
-# account is approved by the editor alone); [comeback] a tool removed and declared again with
-# "subject": null is in force at once under "runs at once" with a limit per subject, which then binds
-# nothing (the reading before a removal counts as all null).
+# Paths this machine found that nobody listed. Closed in a4d7c6a: [reported] an outside agent's report that
+# a call failed gave back what it ran under the limits; [comeback] a tool removed and declared again with
+# "subject": null escaped its limit per subject alone. Still open (remove the mark with its fix): [reread]
+# an edit is weighed by the tool's declaration in force now, and a4d7c6a tells a changed declaration by the
+# values it reads, so one that reads the same values misses: declared again to read the amount from `fee`
+# (equal to `amount_cents` when asked), an edit raising `amount_cents` from $2,000 to $1,000,000 is approved
+# by its editor alone; likewise `account` edited from "" to another account once the subject is not read.
 OPEN = (
-    "issue 42, paths found and open: an agent's failed report frees the limits [reported]; an edit is weighed "
-    "by the reading now [reread]; a removed tool comes back with no subject [comeback]"
+    "issue 42, open: an edit is weighed by the tool's reading now, and a reading changed since that reads the "
+    "same values is not seen [reread]"
 )
 
 
