@@ -225,3 +225,19 @@ def test_a_tool_removed_and_declared_again_without_its_subject_does_not_escape_i
     assert api.as_(ADMIN).delete("/api/external-tools/wire").status_code == 200
     back = declare(api, subject=None)  # with no subject, the limit per account would never count
     assert back.status_code == 409 and back.json["error"] == "loosens_alone", back.json
+
+
+@pytest.mark.parametrize(
+    ("asked", "redeclared", "edit"),
+    [
+        ({"amount_cents": 200_000, "fee_cents": 200_000}, {"amount": "fee_cents"}, {"amount_cents": 100_000_000}),
+        ({"amount_cents": 200_000, "account": ""}, {"subject": None}, {"account": "ACME-99"}),
+    ],
+    ids=["reads-another-argument-of-the-same-value", "drops-a-subject-that-was-empty"],
+)
+def test_an_edit_is_weighed_under_what_the_tool_read_when_the_call_was_asked(api, read, asked, redeclared, edit):
+    in_force(api, {"mode": "always"})
+    call = ask(api, "asked", **asked).json
+    assert declare(api, policy={"mode": "always"}, **redeclared).status_code == 200
+    assert decide(api, REVIEWER, call, input={**call["input"], **edit}).status_code == 200
+    assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"  # another reviewer decides

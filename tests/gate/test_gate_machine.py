@@ -45,7 +45,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -794,20 +793,11 @@ def people(app) -> dict[str, int]:
     return ids
 
 
-# Paths this machine found that nobody listed. Closed in a4d7c6a: [reported] an outside agent's report that
-# a call failed gave back what it ran under the limits; [comeback] a tool removed and declared again with
-# "subject": null escaped its limit per subject alone. Still open (remove the mark with its fix): [reread]
-# an edit is weighed by the tool's declaration in force now, and a4d7c6a tells a changed declaration by the
-# values it reads, so one that reads the same values misses: declared again to read the amount from `fee`
-# (equal to `amount_cents` when asked), an edit raising `amount_cents` from $2,000 to $1,000,000 is approved
-# by its editor alone; likewise `account` edited from "" to another account once the subject is not read.
-OPEN = (
-    "issue 42, open: an edit is weighed by the tool's reading now, and a reading changed since that reads the "
-    "same values is not seen [reread]"
-)
-
-
-@pytest.mark.xfail(strict=False, reason=OPEN)
+# Paths this machine found that nobody listed, each closed with a test of its own in
+# tests/api/test_gate_doors.py: [reported] an outside agent's report that a call failed gave back what it
+# ran under the limits; [comeback] a tool removed and declared again with "subject": null escaped its limit
+# per subject alone; [reread] an edit was weighed by the tool's declaration in force at the edit, not the
+# one the call was asked under (a waiting call now keeps what its tool read, `Tool.reading`).
 def test_no_path_lets_a_call_past_the_people_its_policy_names(app, api, read, engine, base_env, seeded):
     ids = people(app)
     acme_reviewers = frozenset(

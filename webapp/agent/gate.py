@@ -160,7 +160,8 @@ def weigh(session: Session, call: ToolCall, tools: ToolRegistry, context: ToolCo
     ceiling and the limits: it keeps the money it moves and what it acts on, and waits for people (with
     the policy it was flagged under, its expiry, reminder and escalation) when they say so; else it
     stays pending."""
-    policy = policy_for(session, call.tenant_id, tools.get(call.name))
+    tool = tools.get(call.name)
+    policy = policy_for(session, call.tenant_id, tool)
     call.money_cents = tools.amount_of(call.name, call.input)
     call.subject = tools.subject_of(call.name, call.input, context)
     wait = waits(policy, call.money_cents)
@@ -168,7 +169,7 @@ def weigh(session: Session, call: ToolCall, tools: ToolRegistry, context: ToolCo
     if limit or wait:
         call.requires_approval = True
         call.approvals_required = max(policy.approvals_required, 1)
-        call.policy = {**policy.snapshot(), "limit": limit}
+        call.policy = {**policy.snapshot(), "limit": limit, "reading": tool.reading()}
         call.expires_at = policy.expires_at()
         call.remind_at, call.escalate_at = policy.notice_times(call.expires_at)
         call.status = CallStatus.AWAITING_APPROVAL
@@ -192,7 +193,10 @@ def edit_widens(tools: ToolRegistry, call: ToolCall, edited: dict, context: Tool
     said = []
     was, now = tools.amount_of(call.name, call.input), tools.amount_of(call.name, edited)
     subjects = [tools.subject_of(call.name, arguments, context) for arguments in (call.input, edited)]
-    if (was, subjects[0]) != (call.money_cents, call.subject):  # the tool reads its calls otherwise since
+    tool = tools.get(call.name)
+    read_then = (call.policy or {}).get("reading")
+    if (was, subjects[0]) != (call.money_cents, call.subject) or (tool is not None and tool.reading() != read_then):
+        # the tool reads its calls otherwise since it was asked: whatever the edit, weigh it as new
         return ["What the desk reads of this call as its amount or subject changed since it was asked."]
     if was is not None and (now is None or now > was):
         said.append(f"The amount goes from {dollars(was)} to {dollars(now) or 'an amount not told'}.")

@@ -62,6 +62,9 @@ class OutsideTool(DescribedTool):
     def money_argument(self) -> str | None:
         return self.amount_argument
 
+    def reading(self) -> dict:
+        return {"amount": self.amount_argument, "amount_unit": self.amount_unit, "subject": self.subject_argument}
+
     def subject(self, input: dict, context: ToolContext) -> str | None:  # noqa: A002
         value = input.get(self.subject_argument) if self.subject_argument else None
         return f"{self.subject_argument}:{value}"[:200] if value not in (None, "") else None

@@ -756,6 +756,9 @@ class McpRemoteTool(DescribedTool):
     def money_argument(self) -> str | None:
         return (self.mapping.get("amount") or {}).get("argument")
 
+    def reading(self) -> dict:
+        return {"amount": self.mapping.get("amount"), "subject": self.mapping.get("subject")}
+
     def subject(self, input: dict, context: ToolContext) -> str | None:  # noqa: A002
         mapped = self.mapping.get("subject")
         value = input.get(mapped["argument"]) if mapped else None

@@ -209,6 +209,12 @@ class Tool:
         amount is not one argument, or the tool moves none)."""
         return None
 
+    def reading(self) -> dict | None:
+        """What the desk reads of the tool's calls (which argument is the money, in what unit, which
+        names the subject) when that is data an admin set and may change; None: the tool's own code
+        reads them. A waiting call keeps it, so an edit made after it changed is weighed as new."""
+        return None
+
     def subject(self, input: Any, context: ToolContext) -> str | None:  # noqa: A002
         """What the call acts on, as "kind:id" ("customer:4471", "order:9001", "repo:web"), for limits
         per subject (None: nothing in particular)."""
