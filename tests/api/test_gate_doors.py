@@ -241,3 +241,11 @@ def test_an_edit_is_weighed_under_what_the_tool_read_when_the_call_was_asked(api
     assert declare(api, policy={"mode": "always"}, **redeclared).status_code == 200
     assert decide(api, REVIEWER, call, input={**call["input"], **edit}).status_code == 200
     assert read(lambda s: s.get(ToolCall, call["id"]).status) == "awaiting_approval"  # another reviewer decides
+
+
+def test_a_call_that_names_no_subject_waits_under_a_limit_per_subject(api, read):
+    in_force(api, {"mode": "never", "limits": {"subject_day_count": 1}})
+    asked = ask(api, "no-subject", amount_cents=100, account="").json  # nothing to count it against
+    assert asked["status"] == "waiting"
+    limit = read(lambda s: s.get(ToolCall, asked["id"]).policy["limit"])
+    assert limit == "It names nothing it acts on, so the limit per subject cannot be counted for it."

@@ -126,8 +126,10 @@ def limit_reached(session: Session, policy: Policy, call: ToolCall) -> str | Non
     }
     for scope, words in SCOPES:
         most_calls, most_cents = getattr(limits, f"{scope}_count"), getattr(limits, f"{scope}_cents")
-        if (most_calls is None and most_cents is None) or (scope == "subject_day" and call.subject is None):
+        if most_calls is None and most_cents is None:
             continue
+        if scope == "subject_day" and call.subject is None:  # nothing to count it against: when unsure, it waits
+            return "It names nothing it acts on, so the limit per subject cannot be counted for it."
         if scope == "subject_day":  # "for customer 4471 in 24 hours"
             words = f"for {call.subject.replace(':', ' ', 1)} in 24 hours"
         # A total only grows: an amount below zero (stored before amounts were money) adds nothing.
