@@ -371,26 +371,18 @@ def _ask_for_admin(session: Session, actor: User | None, user: User, why: str) -
 def _close_role_change(
     session: Session, change: RoleChange, status: str, decider: User | None, actor_label: str | None, reason
 ) -> None:
-    change.status, change.decided_at, change.reason = status, utcnow(), reason
-    change.decided_by_id = decider.id if decider else None
-    change.decided_by_label = None if decider else (actor_label or "command line")
-    session.flush()
-    audit_chain.record(
+    four_eyes.close(
         session,
+        change,
+        status,
+        decider,
+        actor_label,
+        reason,
         "role_change_decided",
-        tenant_id=change.tenant_id,
-        actor=decider,
-        actor_label=None if decider else change.decided_by_label,
-        data={
-            "change_id": change.id,
-            "decision": status,
-            "reason": reason,
-            "user_id": change.user_id,
-            "email": change.user.email,
-            "role": change.role,
-            "why": change.why,
-            "requested_by": change.requested_by.email if change.requested_by else None,
-        },
+        user_id=change.user_id,
+        email=change.user.email,
+        role=change.role,
+        why=change.why,
     )
 
 

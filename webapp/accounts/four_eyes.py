@@ -15,7 +15,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp.models import User, UserKeying
+from webapp import audit_chain
+from webapp.models import PolicyChange, RoleChange, User, UserKeying, utcnow
 
 KINDS = ("created", "password_reset", "token_issued", "role_granted")
 ADMIN = "admin"
@@ -38,6 +39,40 @@ def keyed(session: Session, user: User, by: User | None, kind: str) -> UserKeyin
     session.add(row)
     session.flush()
     return row
+
+
+def close(
+    session: Session,
+    change: PolicyChange | RoleChange,
+    status: str,
+    decider: User | None,
+    actor_label: str | None,
+    reason: str | None,
+    action: str,
+    tool_name: str | None = None,
+    **said,
+) -> None:
+    """End a change that waited for a second pair of eyes (approved, rejected, withdrawn, superseded),
+    by `decider` (None: the command line, or `actor_label`), audited as `action` with `said`."""
+    change.status, change.decided_at, change.reason = status, utcnow(), reason
+    change.decided_by_id = decider.id if decider else None
+    change.decided_by_label = None if decider else (actor_label or "command line")
+    session.flush()
+    audit_chain.record(
+        session,
+        action,
+        tenant_id=change.tenant_id,
+        actor=decider,
+        actor_label=None if decider else change.decided_by_label,
+        tool_name=tool_name,
+        data={
+            "change_id": change.id,
+            "decision": status,
+            "reason": reason,
+            "requested_by": change.requested_by.email if change.requested_by else None,
+            **said,
+        },
+    )
 
 
 def why_not_decide(session: Session, decider: User, requester_id: int | None) -> str | None:

@@ -255,24 +255,16 @@ def _close(
     actor_label: str | None,
     reason: str | None,
 ) -> None:
-    change.status, change.decided_at, change.reason = status, utcnow(), reason
-    change.decided_by_id = decider.id if decider else None
-    change.decided_by_label = None if decider else (actor_label or "command line")
-    session.flush()
-    audit_chain.record(
+    four_eyes.close(
         session,
+        change,
+        status,
+        decider,
+        actor_label,
+        reason,
         "policy_change_decided",
-        tenant_id=change.tenant_id,
-        actor=decider,
-        actor_label=None if decider else change.decided_by_label,
         tool_name=change.tool_name,
-        data={
-            "change_id": change.id,
-            "decision": status,
-            "reason": reason,
-            "requested_by": change.requested_by.email if change.requested_by else None,
-            "loosens": change.loosens,
-        },
+        loosens=change.loosens,
     )
 
 
