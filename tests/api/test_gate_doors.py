@@ -249,3 +249,13 @@ def test_a_call_that_names_no_subject_waits_under_a_limit_per_subject(api, read)
     assert asked["status"] == "waiting"
     limit = read(lambda s: s.get(ToolCall, asked["id"]).policy["limit"])
     assert limit == "It names nothing it acts on, so the limit per subject cannot be counted for it."
+
+
+def test_after_an_edit_names_another_account_a_second_reviewer_who_only_lowers_the_amount_approves_it(api):
+    in_force(api, {"mode": "always"})
+    call = ask(api, "two-edits", amount_cents=200_000).json
+    moved = {"amount_cents": 200_000, "account": "ACME-99"}
+    assert decide(api, REVIEWER, call, input=moved).status_code == 200  # wider: waits for another reviewer
+    lowered = {"amount_cents": 150_000, "account": "ACME-99"}
+    assert decide(api, REVIEWER2, {**call, "input": moved}, input=lowered).status_code == 200
+    assert api.as_(AGENT).get(f"/api/calls/{call['id']}").json["status"] == "approved"

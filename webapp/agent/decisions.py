@@ -177,6 +177,7 @@ def decide(
                 input=edited_input,
                 original_input=call.original_input or call.input,
                 money_cents=tools.amount_of(call.name, edited_input),  # the inbox shows what it moves now
+                subject=tools.subject_of(call.name, edited_input, context),  # ... and what it acts on
                 status=CallStatus.AWAITING_APPROVAL,
                 **({"widened_by_id": reviewer.id} if widened else {}),
             )
