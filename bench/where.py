@@ -20,7 +20,7 @@ from collections import Counter
 PARTS = (
     ("the demo model answering (bench only: a real model runs elsewhere)", ("webapp/llm/wire.py", "webapp/llm/demo")),
     ("the model's SDK (request, stream parsing)", ("anthropic/", "httpx", "httpcore")),
-    ("the audit chain", ("webapp/audit_chain.py",)),
+    ("the audit chain", ("webapp/audit_chain/",)),
     ("the database (SQLAlchemy, the driver)", ("sqlalchemy/", "psycopg", "sqlite3")),
     ("Redis (enqueues, live events)", ("redis/",)),
     ("the desk's own code", ("webapp/", "jobs/")),

@@ -1,4 +1,4 @@
-"""The RQ entry point of reminders and escalations of waiting calls (the work: webapp/notify.py,
+"""The RQ entry point of reminders and escalations of waiting calls (the work: webapp/notify/,
 run through webapp/runtime/work.py)."""
 
 from __future__ import annotations

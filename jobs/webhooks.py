@@ -1,4 +1,4 @@
-"""The RQ entry point of event webhooks (the work: webapp/webhooks.py, run through
+"""The RQ entry point of event webhooks (the work: webapp/webhooks/, run through
 webapp/runtime/work.py)."""
 
 from __future__ import annotations

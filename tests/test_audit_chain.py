@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import delete, event, func, insert, select, text
 from sqlalchemy.orm import Session
 
-from webapp import audit_anchor, audit_chain
+from webapp import audit_chain
+from webapp.audit_chain import anchors
 from webapp.models import AuditEvent, AuditHead, Tenant, User
 
 
@@ -427,7 +428,7 @@ def test_a_changed_or_foreign_checkpoint_is_refused_in_words(app, cli, fresh, te
     assert refused.exit_code == 1 and "signature does not match its content: the file was changed" in refused.output
 
     foreign = tmp_path / "foreign.json"  # a well-signed checkpoint, by another desk's key
-    foreign.write_text(json.dumps(audit_anchor.make(db.session, Ed25519PrivateKey.generate())))
+    foreign.write_text(json.dumps(anchors.make(db.session, Ed25519PrivateKey.generate())))
     db.session.remove()
     refused = cli("audit", "verify", "--against", str(foreign))
     assert refused.exit_code == 1 and "not this desk's key" in refused.output

@@ -1,4 +1,4 @@
-"""The outbound address guard (webapp/outbound.py): which addresses it refuses and in which words,
+"""The outbound address guard (webapp/outbound/): which addresses it refuses and in which words,
 what OUTBOUND_ALLOW lets through, and that a connection goes only to an address it checked: a name
 that answers a public address first and 127.0.0.1 next never reaches a listener on 127.0.0.1."""
 

@@ -77,7 +77,7 @@ def create_app(config: Config | None = None) -> Flask:
 
 def _register_features(app: Flask) -> None:
     """Each feature package's blueprints, the navigation across them, and the command line."""
-    from webapp import cli, home, navigation
+    from webapp import cli
     from webapp.accounts import assistant, mcp_servers, policies, sign_in, tokens, users
     from webapp.accounts import notifications as notification_settings
     from webapp.api import routes as api
@@ -85,6 +85,8 @@ def _register_features(app: Flask) -> None:
     from webapp.audit import pages as audit
     from webapp.conversations import live
     from webapp.conversations import pages as conversations
+    from webapp.home import navigation
+    from webapp.home import pages as home
     from webapp.ops import endpoints as endpoint_pages
     from webapp.ops import health, metrics, policy_changes
     from webapp.ops import mcp_servers as mcp_server_pages

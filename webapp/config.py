@@ -406,7 +406,7 @@ class Config(_LogSettings):
     audit_anchor_key_file: Path = Field(validation_alias="AUDIT_ANCHOR_KEY_FILE")
     # the demo export's pace per part, so its progress can be watched
     export_step_seconds: float = _number_of("seconds", "EXPORT_STEP_SECONDS", 1.0, minimum=0.0)
-    # reminders and escalation of waiting calls (webapp/notify.py): the desk's address for links in
+    # reminders and escalation of waiting calls (webapp/notify/): the desk's address for links in
     # messages, how long a webhook or SMTP server may take, and the retries of a failed delivery
     public_url: Annotated[str, AfterValidator(_web_address)] = _text("PUBLIC_URL", "http://localhost:8000")
     notify_timeout_seconds: float = _number_of("seconds", "NOTIFY_TIMEOUT_SECONDS", 10.0, minimum=0.1)
@@ -416,7 +416,7 @@ class Config(_LogSettings):
         description="comma-separated seconds (whole, 0 or more)",
         examples=["10,60,300,900"],
     )
-    # event webhooks (webapp/webhooks.py): the seconds before each retry of a delivery not yet
+    # event webhooks (webapp/webhooks/): the seconds before each retry of a delivery not yet
     # delivered (about a day in all by default), then it is marked failed
     webhook_retry_intervals: Seconds = Field(
         (5, 30, 120, 600, 1800, 3600, 7200, 14400, 28800, 28800),
@@ -449,7 +449,7 @@ class Config(_LogSettings):
         "MCP_SECRET_PREFIX", "MCP_SECRET_", blank_is_a_value=True
     )
     # the private addresses the desk may call on a tenant's behalf all the same (webhooks, MCP servers,
-    # model endpoints; webapp/outbound.py): "host:port" or "host:*" entries, comma-separated. Default:
+    # model endpoints; webapp/outbound/): "host:port" or "host:*" entries, comma-separated. Default:
     # none, only public addresses
     outbound_allow: Annotated[tuple[str, ...], BeforeValidator(_outbound_allow)] = Field(
         (), validation_alias="OUTBOUND_ALLOW"

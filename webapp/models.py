@@ -778,7 +778,7 @@ class NotificationChannel(Base):
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     kind: Mapped[str] = mapped_column(String(16))  # webhook | email
     url: Mapped[str | None] = mapped_column(String(2000))  # webhook
-    secret_sealed: Mapped[str | None] = mapped_column(Text)  # webhook: the signing secret (webapp/sealing.py)
+    secret_sealed: Mapped[str | None] = mapped_column(Text)  # webhook: the signing secret (webapp/secrets/sealing.py)
     recipients: Mapped[list | None] = mapped_column(JSONType)  # email: addresses
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -811,7 +811,7 @@ class NotificationDelivery(Base):
 
 
 class WebhookSubscription(Base):
-    """A tenant's event webhook (webapp/webhooks.py): where the events it names are sent, signed with
+    """A tenant's event webhook (webapp/webhooks/): where the events it names are sent, signed with
     its own secret (kept sealed) as Standard Webhooks say. `through_seq`: the tenant's audit chain up to
     which events have been turned into its deliveries (the chain's seq is in commit order, gap-free)."""
 

@@ -426,7 +426,8 @@ def test_endpoint_keys_sealed_before_the_shared_helper_still_open():
 
     from cryptography.fernet import Fernet
 
-    from webapp import notify, sealing
+    from webapp import notify
+    from webapp.secrets import sealing
 
     before = Fernet(base64.urlsafe_b64encode(hashlib.sha256(b"model endpoint keys\0key").digest()))
     sealed = before.encrypt(b"sk-live").decode()

@@ -16,11 +16,11 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy import select
 
-from webapp import secret_grants
 from webapp.accounts import mcp_actions
 from webapp.models import McpServer
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.secrets import secret_grants
 from webapp.tools import mcp
 from webapp.tools.presenting import plural
 from webapp.web.security import roles_required

@@ -1,7 +1,7 @@
 """The notifications admin page: where the tenant is told that calls wait (a webhook, signed with a
 secret the desk makes and shows once; e-mail to a list of addresses), a test message per channel, and
 the log of recent deliveries with the reason of each failure; and the tenant's event webhooks
-(webapp/webhooks.py): subscribe, remove, and each one's delivery log with "Send again". Every change is
+(webapp/webhooks/): subscribe, remove, and each one's delivery log with "Send again". Every change is
 audited."""
 
 from __future__ import annotations

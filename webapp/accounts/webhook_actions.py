@@ -2,7 +2,7 @@
 remove, read the delivery log, send a delivery again. Each change is audited and committed; what
 cannot be done is a Refused saying what to fix, with nothing written (an address the outbound guard
 refuses is audited, as for every door to the outside). The events and their delivery are
-webapp/webhooks.py."""
+webapp/webhooks/."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from werkzeug.exceptions import HTTPException
 
-from webapp import secret_grants, webhooks
+from webapp import webhooks
 from webapp.accounts import actions as accounts
 from webapp.accounts import external_tools, policy_actions, webhook_actions
 from webapp.agent import outside
@@ -97,6 +97,7 @@ from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall, Use
 from webapp.runs import actions as runs
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.secrets import secret_grants
 from webapp.tools import external
 from webapp.web.errors import Refused, json_error
 from webapp.web.pagination import BadCursor, Page

@@ -1371,7 +1371,7 @@ class TokenList(BaseModel):
 
 class AuditEventView(BaseModel):
     """One audit event as exported: its id, every hashed field and its hash, so a client can check the chain
-    (webapp/audit_chain.py says how)."""
+    (webapp/audit_chain/ says how)."""
 
     id: int
     chain: str = Field(description='The tenant\'s chain, or "global".')
@@ -1566,7 +1566,7 @@ class CallView(BaseModel):
         )
 
 
-# --- event webhooks' bodies (the document's `webhooks`; webapp/webhooks.py builds them) ----------------
+# --- event webhooks' bodies (the document's `webhooks`; webapp/webhooks/ builds them) ----------------
 
 
 class _EventData(BaseModel):

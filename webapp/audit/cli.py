@@ -11,7 +11,8 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup
 
-from webapp import audit_anchor, audit_chain
+from webapp import audit_chain
+from webapp.audit_chain import anchors
 from webapp.runtime.extensions import db
 
 
@@ -33,13 +34,11 @@ def register(app: Flask) -> None:
         if against is not None:
             config = current_app.extensions["desk"].config
             try:
-                checkpoint = audit_anchor.read(
-                    against.read(), audit_anchor.load_key(config.audit_anchor_key_file, False)
-                )
-            except (audit_anchor.AnchorError, UnicodeDecodeError) as exc:
+                checkpoint = anchors.read(against.read(), anchors.load_key(config.audit_anchor_key_file, False))
+            except (anchors.AnchorError, UnicodeDecodeError) as exc:
                 click.echo(f"Checkpoint refused: {exc}", err=True)
                 raise click.exceptions.Exit(1) from None
-            result = audit_anchor.verify_against(db.session, checkpoint)
+            result = anchors.verify_against(db.session, checkpoint)
         else:
             result = audit_chain.verify(db.session, chain)
         if not result.ok:
@@ -56,10 +55,10 @@ def register(app: Flask) -> None:
         """Write a signed checkpoint of every chain's head, to keep outside the database."""
         config = current_app.extensions["desk"].config
         try:
-            key = audit_anchor.load_key(config.audit_anchor_key_file, create=True)
-        except (audit_anchor.AnchorError, OSError) as exc:
+            key = anchors.load_key(config.audit_anchor_key_file, create=True)
+        except (anchors.AnchorError, OSError) as exc:
             raise click.UsageError(f"No key to sign with: {exc}") from None
-        signed = json.dumps(audit_anchor.make(db.session, key), indent=2) + "\n"
+        signed = json.dumps(anchors.make(db.session, key), indent=2) + "\n"
         if out is None:
             click.echo(signed, nl=False)
             return

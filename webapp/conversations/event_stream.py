@@ -1,5 +1,5 @@
 """A conversation's events for programs, as server-sent events (`GET /api/conversations/<id>/events`):
-the same events, with the same bodies and ids, as the tenant's event webhooks send (webapp/webhooks.py),
+the same events, with the same bodies and ids, as the tenant's event webhooks send (webapp/webhooks/),
 for one conversation, and the assistant's reply as it is written.
 
 Each event is the conversation's audit event read again, so a stream is resumable: its SSE `id` is

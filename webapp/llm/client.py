@@ -335,7 +335,7 @@ def _cancelled(stream, started: float) -> ModelReply:
 
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     status = exc.status_code
-    if 300 <= status < 400:  # the desk's clients follow no redirect (webapp/outbound.py)
+    if 300 <= status < 400:  # the desk's clients follow no redirect (webapp/outbound/)
         return ModelError(
             "request_rejected",
             f"The model service answered HTTP {status}, a redirect, which the desk does not follow; give the "

@@ -25,11 +25,12 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import case, exists, select
 from sqlalchemy.orm import Session
 
-from webapp import audit_chain, outbound, sealing
+from webapp import audit_chain, outbound
 from webapp.config import Config
 from webapp.llm.client import BatchItemResult, BatchState, ModelClient, ModelError, ModelReply
 from webapp.llm.react import ReactClient
 from webapp.models import OPERATIONS_SLUG, EndpointGrant, ModelEndpoint, Tenant, User, utcnow
+from webapp.secrets import sealing
 
 _clients: dict[tuple, ModelClient] = {}
 

@@ -167,7 +167,7 @@ def set_access(
 
 
 def _audit_refused_address(session: Session, error: Exception, actor: User | None, actor_label: str | None) -> None:
-    """A base URL the outbound guard refused (webapp/outbound.py) is audited on the global chain."""
+    """A base URL the outbound guard refused (webapp/outbound/) is audited on the global chain."""
     refusal = outbound.refusal_behind(error)
     if refusal is not None:
         data = {"for": "model endpoint", **refusal.audit_data()}

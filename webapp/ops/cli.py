@@ -12,13 +12,14 @@ from flask import Flask
 from flask.cli import AppGroup
 from sqlalchemy import select
 
-from webapp import identity, secret_grants
+from webapp import identity
 from webapp.agent import gate, policies
 from webapp.llm import endpoints
 from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
 from webapp.ops import actions as ops_actions
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.secrets import secret_grants
 
 
 def register(app: Flask) -> None:
@@ -210,7 +211,7 @@ def _register_ceilings(app: Flask) -> None:
 
 
 def _register_secrets(app: Flask) -> None:
-    """`flask secret grant|revoke|list`: secrets belong to a tenant (webapp/secret_grants.py)."""
+    """`flask secret grant|revoke|list`: secrets belong to a tenant (webapp/secrets/secret_grants.py)."""
     secret_group = AppGroup(
         "secret",
         help="Secrets granted to tenants: the desk's environment variables a tenant's admins may name in an MCP "

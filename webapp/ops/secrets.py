@@ -1,7 +1,7 @@
 """The secrets page for operators (/ops/secrets): which of the desk's environment variables each
 tenant's admins may name in an MCP server's header, granting one to a tenant and revoking it, and the
 headers admins set that name a secret not granted (not sent). Names only, never a value. The same
-actions as `flask secret grant|revoke|list` (webapp/secret_grants.py), audited on the tenant's chain;
+actions as `flask secret grant|revoke|list` (webapp/secrets/secret_grants.py), audited on the tenant's chain;
 a refused form says why in words and keeps what was typed."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy import select
 
-from webapp import identity, secret_grants
+from webapp import identity
 from webapp.models import OPERATIONS_SLUG, OPERATOR, Tenant
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.secrets import secret_grants
 from webapp.web.security import roles_required
 
 bp = Blueprint("ops_secrets", __name__, url_prefix="/ops/secrets")

@@ -241,7 +241,7 @@ class Dispatcher:
         return True
 
     def enqueue_webhooks(self, subscription_id: int, at: datetime | None = None) -> bool:
-        """Enqueue the job that sends a webhook subscription's deliveries (webapp/webhooks.py): now,
+        """Enqueue the job that sends a webhook subscription's deliveries (webapp/webhooks/): now,
         unless one is queued and not yet started (a flag in Redis, which the job clears as it starts,
         so an event committed after it started gets a job of its own); or at `at`, a retry's time
         (RQ's scheduler enqueues it then). False when one is queued already, or when Redis cannot take it

@@ -1,5 +1,5 @@
 """After a commit that audited an event of a tenant with webhooks, the jobs that send its
-subscriptions' deliveries are enqueued (webapp/webhooks.py says what is sent and how).
+subscriptions' deliveries are enqueued (webapp/webhooks/ says what is sent and how).
 
 A listener of every session's after_commit reads which tenants' events the commit wrote
 (audit_chain.WRITTEN) and asks the process's `Subscribed` which of them have subscriptions. That is

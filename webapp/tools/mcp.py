@@ -24,7 +24,7 @@ the model only ever asks for a call, and the call waits for a person like any ot
 - Annotations are hints from a server the desk does not control: read-only tools run at once by
   default, every other tool waits for one approval (webapp/agent/policies.py `default_policy`).
 - The desk's environment is the operator's: a header's $VARIABLE is read only when an operator set it
-  or the operator granted that secret to the server's tenant (webapp/secret_grants.py), checked when
+  or the operator granted that secret to the server's tenant (webapp/secrets/secret_grants.py), checked when
   the header is saved and again at every use (a grant revoked since: nothing is sent, SecretRefused),
   and a started server gets PATH and the variables an operator gave it, nothing else of the desk's.
 
@@ -59,9 +59,10 @@ import httpx2
 from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
-from webapp import audit_chain, outbound, sealing, secret_grants
+from webapp import audit_chain, outbound
 from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
+from webapp.secrets import sealing, secret_grants
 from webapp.tools import presenting
 from webapp.tools.described import UNITS, DescribedTool, money_in_cents, schema_problem
 from webapp.tools.registry import (

@@ -1,30 +1,5 @@
-"""The outbound address guard: every URL the desk calls on a tenant's behalf (a webhook, an MCP
-server, a registered model endpoint) reaches only public addresses, unless the operator allows an
-exception with OUTBOUND_ALLOW.
-
-Two checks, one rule:
-- `check_url` when an address is saved (a form, the command line), so a person hears of a refusal
-  at once;
-- the guarded transports (`client`, `async_client`, `transport`) at every connection: the host is
-  resolved once, every address it resolves to is checked, the connection goes to a checked address
-  itself (no second lookup between the check and the connect, so a name that answers a public
-  address to the check and 127.0.0.1 to the connect gets nowhere), and the peer of the connected
-  socket is checked again. Clients never follow redirects and never use a proxy from the
-  environment (a proxy would connect on our behalf, past the guard).
-
-The rule (`refused_kind`): an IPv4 address embedded in an IPv6 one (IPv4-mapped, IPv4-compatible,
-6to4, NAT64) is judged as that IPv4 address; then anything not globally routable is refused:
-loopback, private, link-local, unique-local, carrier-grade NAT (shared), multicast, reserved and
-unspecified. Numeric spellings (0x7f000001, 2130706433, 127.1) resolve to the address they spell,
-so checking what a name resolves to catches them.
-
-What people read: a refusal says "refused: private address" and how an operator allows it; every
-failure to get an HTTP answer (a closed port, a filtered one, a server that speaks something else,
-a TLS failure) says the same words (`no_answer`), and nothing the peer sent is ever repeated, so the
-desk cannot be used to tell one port of the operator's network from another.
-
-No Flask, RQ or Redis here; the layer sits below config (which checks OUTBOUND_ALLOW at boot).
-"""
+"""The rule: which addresses the desk may call on a tenant's behalf (public ones, and the operator's
+OUTBOUND_ALLOW exceptions), what a refusal says to people, and a destination checked before it is saved."""
 
 from __future__ import annotations
 
@@ -32,8 +7,6 @@ import functools
 import ipaddress
 import re
 import socket
-import ssl
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -56,9 +29,6 @@ _ALSO_NOT_PUBLIC = (
     ipaddress.ip_network("fec0::/10"),  # IPv6 site-local (deprecated, still routed inside some networks)
     ipaddress.ip_network("64:ff9b:1::/48"),  # local-use NAT64
 )
-
-
-# --- what people read ------------------------------------------------------------------------------
 
 
 class OutboundError(ValueError):
@@ -129,9 +99,6 @@ def no_answer(seconds: float) -> str:
     return f"no HTTP answer within {seconds:g} second{'' if seconds == 1 else 's'}"
 
 
-# --- the rule ----------------------------------------------------------------------------------------
-
-
 def embedded_ipv4(address: IPAddress) -> IPAddress:
     """The IPv4 address an IPv6 address carries (IPv4-mapped, IPv4-compatible, 6to4, NAT64), else
     the address itself: ::ffff:127.0.0.1 is judged as 127.0.0.1."""
@@ -162,9 +129,6 @@ def refused_kind(address: IPAddress) -> str | None:
         (not address.is_global or any(address in network for network in _ALSO_NOT_PUBLIC), "non-public"),
     )
     return next((kind for refused, kind in checks if refused), None)
-
-
-# --- OUTBOUND_ALLOW ----------------------------------------------------------------------------------
 
 
 def allow_entries(text: str) -> tuple[str, ...]:
@@ -241,9 +205,6 @@ def allowance(entries: tuple[str, ...]) -> Allowance:
     return Allowance(frozenset(names), frozenset(addresses))
 
 
-# --- checking a destination ----------------------------------------------------------------------
-
-
 def _numeric_host(host: str) -> IPAddress | None:
     """The address a host spells as a number (127.0.0.1, ::1, 0x7f000001, 2130706433, 127.1), if it does."""
     try:
@@ -301,7 +262,7 @@ def check_url(url: str, allow: Iterable[str]) -> None:
         raise UnknownHost(where, host) from None
 
 
-def _peer_checked(stream: Any, host: str, port: int, allow: Allowance) -> None:
+def check_peer(stream: Any, host: str, port: int, allow: Allowance) -> None:
     """The address the socket is connected to, checked again (it is the one checked before the
     connect; a proxy or a changed resolver would show here)."""
     peer = stream.get_extra_info("server_addr")
@@ -309,133 +270,3 @@ def _peer_checked(stream: Any, host: str, port: int, allow: Allowance) -> None:
         raise httpcore2.ConnectError("the connected socket has no peer address")
     if not allow.allows_name(host, port):
         _check_address(peer, host, port, allow, f"{_bracketed(host)}:{port}")
-
-
-# --- the guarded transports ------------------------------------------------------------------------
-
-
-class GuardedBackend(httpcore2.SyncBackend):
-    """httpcore2's network backend, connecting only to checked addresses."""
-
-    def __init__(self, allow: Iterable[str]) -> None:
-        self.allowance = allowance(tuple(allow))
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.NetworkStream:
-        try:
-            addresses = checked_addresses(host, port, self.allowance)
-        except socket.gaierror as exc:
-            raise httpcore2.ConnectError(str(exc)) from None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        failure: Exception = httpcore2.ConnectError("no address to connect to")
-        for _family, sockaddr in addresses:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
-            try:  # the address checked, as a literal: the socket library does not look the name up again
-                stream = super().connect_tcp(str(sockaddr[0]), port, left, local_address, socket_options)
-            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
-                failure = exc
-                continue
-            try:
-                _peer_checked(stream, host, port, self.allowance)
-            except BaseException:
-                stream.close()
-                raise
-            return stream
-        raise failure
-
-
-class AsyncGuardedBackend(httpcore2.AnyIOBackend):
-    """The async twin of GuardedBackend (anyio: asyncio or trio)."""
-
-    def __init__(self, allow: Iterable[str]) -> None:
-        self.allowance = allowance(tuple(allow))
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        try:
-            addresses = await anyio.to_thread.run_sync(checked_addresses, host, port, self.allowance)
-        except socket.gaierror as exc:
-            raise httpcore2.ConnectError(str(exc)) from None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        failure: Exception = httpcore2.ConnectError("no address to connect to")
-        for _family, sockaddr in addresses:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
-            try:
-                stream = await super().connect_tcp(str(sockaddr[0]), port, left, local_address, socket_options)
-            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
-                failure = exc
-                continue
-            try:
-                _peer_checked(stream, host, port, self.allowance)
-            except BaseException:
-                await stream.aclose()
-                raise
-            return stream
-        raise failure
-
-    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore2.AsyncNetworkStream:
-        raise httpcore2.ConnectError("the desk calls no Unix socket on a tenant's behalf")
-
-
-_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20)  # httpx2's own defaults
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """One verifying TLS context per process (as httpx2 makes by default), shared by the transports."""
-    return httpx2.create_ssl_context()
-
-
-class GuardedTransport(httpx2.HTTPTransport):
-    """httpx2's transport on a connection pool whose every connection goes through GuardedBackend,
-    never through a proxy. TLS keeps the URL's host name for SNI and certificate checks (httpcore2
-    hands it to start_tls apart from the address connected to)."""
-
-    def __init__(self, allow: Iterable[str], limits: httpx2.Limits = _LIMITS) -> None:
-        # HTTPTransport.__init__ would build its pool on httpcore2's own backend (or a proxy); its
-        # methods use nothing but self._pool, so the pool is built here instead.
-        self._pool = httpcore2.ConnectionPool(
-            ssl_context=_tls(),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedBackend(allow),
-        )
-
-
-class AsyncGuardedTransport(httpx2.AsyncHTTPTransport):
-    """The async twin of GuardedTransport."""
-
-    def __init__(self, allow: Iterable[str], limits: httpx2.Limits = _LIMITS) -> None:
-        self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=_tls(),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=AsyncGuardedBackend(allow),
-        )
-
-
-def client(allow: Iterable[str], **options: Any) -> httpx2.Client:
-    """An httpx2 client that calls only checked addresses and follows no redirect. `options` are
-    httpx2.Client's (timeout, headers); a transport, proxy or redirects cannot be given."""
-    return httpx2.Client(transport=GuardedTransport(allow), follow_redirects=False, trust_env=False, **options)
-
-
-def async_client(allow: Iterable[str], **options: Any) -> httpx2.AsyncClient:
-    """The async twin of `client`."""
-    return httpx2.AsyncClient(
-        transport=AsyncGuardedTransport(allow), follow_redirects=False, trust_env=False, **options
-    )

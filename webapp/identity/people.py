@@ -1,29 +1,21 @@
-"""People, their browser sessions and API tokens: creating users, checking passwords, opening and
-ending sessions, issuing, listing and revoking tokens, and resolving a bearer token to a user."""
+"""Tenants and people: creating them, the operations tenant, passwords, roles, disabling and resetting."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
-from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from webapp.models import OPERATIONS_SLUG, OPERATOR, ROLES, ApiToken, Tenant, User, UserSession, utcnow
+from webapp.identity.base import AccountError
+from webapp.identity.sessions import end_sessions
+from webapp.identity.tokens import revoke_tokens
+from webapp.models import OPERATIONS_SLUG, OPERATOR, ROLES, Tenant, User
 
 EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,189}\.[^@\s]{2,}$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-
-
-class AccountError(ValueError):
-    """A request about accounts that cannot be honoured; the message says what to fix."""
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def get_or_create_tenant(session: Session, slug: str, name: str | None = None) -> Tenant:
@@ -138,159 +130,6 @@ def check_password(user: User | None, password: str) -> bool:
         check_password_hash(DUMMY_PASSWORD_HASH, password or "")
         return False
     return check_password_hash(user.password_hash, password)
-
-
-# --- browser sessions -----------------------------------------------------------------------------
-
-
-def open_session(session: Session, user: User) -> str:
-    """A new browser session for the user; the key goes in the (signed) cookie, its hash in the table."""
-    key = secrets.token_urlsafe(24)
-    session.add(UserSession(user_id=user.id, key_hash=hash_token(key)))
-    session.flush()
-    return key
-
-
-def live_session(
-    session: Session, user: User, key: str | None, idle: timedelta, longest: timedelta, now: datetime | None = None
-) -> UserSession | None:
-    """The user's session with this key if it is neither ended, nor idle longer than `idle`, nor older
-    than `longest`; None otherwise (a session found too old or idle is ended on the way)."""
-    if not key or len(key) > 100:
-        return None
-    row = session.scalar(
-        select(UserSession).where(UserSession.key_hash == hash_token(key), UserSession.user_id == user.id)
-    )
-    if row is None or row.ended_at is not None:
-        return None
-    now = now or utcnow()
-    if row.last_seen_at + idle < now or row.created_at + longest < now:
-        row.ended_at = now
-        session.flush()
-        return None
-    return row
-
-
-def end_session(session: Session, key: str | None) -> bool:
-    """End one browser session for good (signing out); True if it was open."""
-    if not key:
-        return False
-    ended = session.execute(
-        update(UserSession)
-        .where(UserSession.key_hash == hash_token(key), UserSession.ended_at.is_(None))
-        .values(ended_at=utcnow())
-    )
-    return bool(ended.rowcount)
-
-
-def end_sessions(session: Session, user: User) -> int:
-    """End every open browser session of the user; how many there were."""
-    ended = session.execute(
-        update(UserSession)
-        .where(UserSession.user_id == user.id, UserSession.ended_at.is_(None))
-        .values(ended_at=utcnow())
-    )
-    return ended.rowcount or 0
-
-
-# --- API tokens -----------------------------------------------------------------------------------
-
-TOKEN_PREFIX_CHARS = 12  # "adk_" and 8 random characters: enough to tell tokens apart, never to use one
-MAX_TOKEN_NAME_CHARS = 100
-MAX_TOKEN_DAYS = 3650
-
-
-def issue_token(
-    session: Session, user: User, name: str = "", expires_in_days: int | None = None
-) -> tuple[ApiToken, str]:
-    """A new API token for the user: its row and the token itself, which is seen only this once (only its
-    hash is stored). AccountError when the name or the expiry is not acceptable."""
-    name = (name or "").strip()
-    if len(name) > MAX_TOKEN_NAME_CHARS:
-        raise AccountError(f"the token's name must be at most {MAX_TOKEN_NAME_CHARS} characters")
-    if expires_in_days is not None and not 1 <= expires_in_days <= MAX_TOKEN_DAYS:
-        raise AccountError(f"a token expires after 1 to {MAX_TOKEN_DAYS} days, or never (leave it empty)")
-    token = "adk_" + secrets.token_urlsafe(32)
-    row = ApiToken(
-        user_id=user.id,
-        token_hash=hash_token(token),
-        name=name,
-        prefix=token[:TOKEN_PREFIX_CHARS],
-        expires_at=utcnow() + timedelta(days=expires_in_days) if expires_in_days else None,
-    )
-    session.add(row)
-    session.flush()
-    return row, token
-
-
-def create_token(session: Session, user: User, name: str = "", expires_in_days: int | None = None) -> str:
-    """A new API token for the user; only its hash is stored, so this is the one time it is seen."""
-    return issue_token(session, user, name, expires_in_days)[1]
-
-
-def token_state(row: ApiToken, now: datetime | None = None) -> str:
-    """ "revoked", "expired" or "active"."""
-    if row.revoked_at is not None:
-        return "revoked"
-    if row.expires_at is not None and row.expires_at <= (now or utcnow()):
-        return "expired"
-    return "active"
-
-
-def tokens_of(session: Session, user: User) -> list[ApiToken]:
-    """The user's tokens, newest first (revoked and expired ones too: they say when)."""
-    return list(session.scalars(select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())))
-
-
-def find_token(session: Session, ref: str) -> ApiToken:
-    """A token by its number or by its first characters (as the tokens page shows them); AccountError
-    naming what to type when there is none, or when the characters fit several tokens."""
-    ref = (ref or "").strip().removeprefix("#")
-    if ref.isdigit() and len(ref) < 12:
-        row = session.get(ApiToken, int(ref))
-        if row is None:
-            raise AccountError(f"there is no API token number {ref}; the tokens page lists them")
-        return row
-    if len(ref) < 6 or len(ref) > TOKEN_PREFIX_CHARS:
-        raise AccountError(
-            f"give a token's number or its first {TOKEN_PREFIX_CHARS} characters (like adk_Ab3dE6gH), "
-            f"as the tokens page shows them; got {ref!r}"
-        )
-    rows = session.scalars(select(ApiToken).where(ApiToken.prefix.startswith(ref, autoescape=True)).limit(2)).all()
-    if not rows:
-        raise AccountError(f"no API token starts with {ref!r}; the tokens page lists them")
-    if len(rows) > 1:
-        raise AccountError(f"several API tokens start with {ref!r}; give its number instead")
-    return rows[0]
-
-
-def revoke_token(session: Session, row: ApiToken) -> bool:
-    """Revoke the token for good; True if it was not revoked already."""
-    if row.revoked_at is not None:
-        return False
-    row.revoked_at = utcnow()
-    session.flush()
-    return True
-
-
-def revoke_tokens(session: Session, user: User) -> int:
-    """Revoke every token of the user (password reset, disabling); how many were still unrevoked."""
-    revoked = session.execute(
-        update(ApiToken).where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None)).values(revoked_at=utcnow())
-    )
-    return revoked.rowcount or 0
-
-
-def user_for_token(session: Session, token: str) -> User | None:
-    """The active user a bearer token belongs to, or None (unknown, revoked or expired token)."""
-    if not token or len(token) > 200:
-        return None
-    row = session.scalar(
-        select(ApiToken).where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
-    )
-    if row is None or token_state(row) != "active" or not row.user.active:
-        return None
-    return row.user
 
 
 def _clean_roles(roles) -> list[str]:

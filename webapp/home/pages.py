@@ -7,7 +7,7 @@
   held MCP tools when there are MCP servers), each item linked to the page that does it;
 - operator: the fleet in figures (workers, slots, the queue), from Redis.
 
-It sits at the top layer beside navigation.py: it reads what several feature packages offer.
+It sits at the top layer beside navigation.py (webapp/home/): it reads what several feature packages offer.
 """
 
 from __future__ import annotations
