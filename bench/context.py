@@ -36,12 +36,12 @@ def measure_context(app, turns: int, window: int = 12_000) -> dict:
     import anthropic
     import httpx2
 
+    from demo.model.wire import DemoTransport
     from webapp.agent import moves
     from webapp.agent.context import Window
     from webapp.agent.loop import Loop, LoopSettings
     from webapp.audit.costs import PriceTable
     from webapp.llm.client import ModelClient
-    from webapp.llm.wire import DemoTransport
     from webapp.models import Conversation, ModelCall
     from webapp.runtime.extensions import db
     from webapp.runtime.services import services

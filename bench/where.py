@@ -18,7 +18,7 @@ from collections import Counter
 
 # In order: a sample counts for the first part one of its frames matches (innermost frames first).
 PARTS = (
-    ("the demo model answering (bench only: a real model runs elsewhere)", ("webapp/llm/wire.py", "webapp/llm/demo")),
+    ("the demo model answering (bench only: a real model runs elsewhere)", ("demo/model/",)),
     ("the model's SDK (request, stream parsing)", ("anthropic/", "httpx", "httpcore")),
     ("the audit chain", ("webapp/audit_chain/",)),
     ("the database (SQLAlchemy, the driver)", ("sqlalchemy/", "psycopg", "sqlite3")),

@@ -85,7 +85,7 @@ def warm_up(client, tools: list[dict]) -> None:
 
 def run(kind: str, burst: bool = False, name: str | None = None, concurrency: int | None = None) -> bool:
     from webapp import create_app
-    from webapp.llm.endpoints import model_client
+    from webapp.llm.choice import model_client
     from webapp.runtime.services import services
     from webapp.runtime.worker import run_worker, start_sweep_ticker
 

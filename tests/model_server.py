@@ -1,6 +1,6 @@
 """A real HTTP stand-in for the Messages API, for tests whose workers run as subprocesses.
 
-ModelServer listens on 127.0.0.1 and answers POST /v1/messages like webapp.llm.wire.DemoTransport:
+ModelServer listens on 127.0.0.1 and answers POST /v1/messages like demo.model.wire.DemoTransport:
 invalid bodies get a 400, valid ones the demo model's answer as JSON or as an SSE stream. A worker
 reaches it through ANTHROPIC_BASE_URL=server.url. Tests can script the next answers (FIFO, optionally
 only for requests whose body contains some text) with faults and replies:
@@ -10,7 +10,7 @@ only for requests whose body contains some text) with faults and replies:
         server.enqueue(Reply.held(gate), match="[[long answer]]")
         run_worker(env=server.env())
 
-It also answers the Message Batches endpoints as DemoTransport does (webapp/llm/demo_batches.py: a
+It also answers the Message Batches endpoints as DemoTransport does (demo/model/batches.py: a
 batch ends on a later look, never the first; its requests get the demo model's answers, and the
 hooks EXPIRED_HOOK and ERRORED_HOOK in a request's messages expire or fail it). Scripted steps apply
 to POST /v1/messages only. `server.requests` records POST /v1/messages bodies and `server.batches`
@@ -35,9 +35,10 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from webapp.llm import demo_context, demo_model
-from webapp.llm.demo_batches import BatchStore
-from webapp.llm.wire import (
+from demo.model import context as demo_context
+from demo.model import engine as demo_model
+from demo.model.batches import BatchStore
+from demo.model.wire import (
     ERROR_TYPES,
     Responder,
     api_error,

@@ -25,6 +25,7 @@ def create_app(config: Config | None = None) -> Flask:
     from webapp import audit_chain, logs
     from webapp.config import Config, ConfigError
     from webapp.database import engine_options, prepare_engine
+    from webapp.llm.choice import transport_factory
     from webapp.runtime import webhook_trigger
     from webapp.runtime.extensions import db, migrate
     from webapp.runtime.queue import Dispatcher
@@ -67,6 +68,11 @@ def create_app(config: Config | None = None) -> Flask:
         tools = ToolRegistry([tool for entry in config.extra_tools for tool in load_tools(entry)])
     except ValueError as exc:
         raise SystemExit(f"Configuration error: EXTRA_TOOLS: {exc}") from None
+    if config.model_transport:  # at boot, not at a worker's first model call
+        try:
+            transport_factory(config.model_transport)
+        except ValueError as exc:
+            raise SystemExit(f"Configuration error: MODEL_TRANSPORT: {exc}") from None
     app.extensions["desk"] = Services(config=config, dispatcher=Dispatcher(config), tools=tools)
 
     _register_features(app)
@@ -121,4 +127,4 @@ def _register_features(app: Flask) -> None:
     app.register_blueprint(secret_pages.bp)  # the operators' secrets granted to tenants
     metrics.init_app(app)
     app.context_processor(lambda: {"nav_items": navigation.nav_items()})
-    cli.register(app)
+    cli.register(app, app.extensions["desk"].config.extra_tools)

@@ -31,6 +31,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from webapp import outbound
 
+# The laptop's model when no key is set (DESIGN's embedded defaults), named by its dotted path as any
+# team's transport would be: the desk imports nothing of it.
+OFFLINE_MODEL_TRANSPORT = "demo.model:transport"
+
 
 class ConfigError(RuntimeError):
     """A setting is missing or malformed; the message says which and how to fix it."""
@@ -110,6 +114,15 @@ def _tool_paths(value: Any) -> Any:
         if not module or not name.isidentifier():
             raise ValueError(f"entries are package.module:ToolClass, comma-separated; got {entry!r}")
     return entries
+
+
+def _factory_path(path: str | None) -> str | None:
+    if path is None:
+        return None
+    module, _, name = path.strip().partition(":")
+    if not module or not name.isidentifier():
+        raise ValueError(f"must be package.module:factory, a function given the Config; got {path.strip()!r}")
+    return path.strip()
 
 
 def _outbound_allow(value: Any) -> Any:
@@ -348,6 +361,10 @@ class Config(_LogSettings):
         description="a share above 0.1 and at most 1",
         examples=["0.7"],
     )
+    # "package.module:factory": a function given this Config that returns the httpx2 transport the default
+    # model client is handed (a proxy, a recorder, an offline model). Default: the SDK's own with
+    # ANTHROPIC_API_KEY; without it, the laptop's offline demo model (OFFLINE_MODEL_TRANSPORT)
+    model_transport: Annotated[str | None, AfterValidator(_factory_path)] = _text("MODEL_TRANSPORT")
     # the offline demo model's own context window: it refuses longer requests as the API does
     demo_model_context_tokens: int = _whole_number("DEMO_MODEL_CONTEXT_TOKENS", 200_000, minimum=1_000)
     # the offline demo model's pace: each reply takes this long, streamed (0: at once)
@@ -479,6 +496,14 @@ class Config(_LogSettings):
             if anchor_key
             else instance_path / "audit_anchor_key.pem",
         }
+
+    @model_validator(mode="before")
+    @classmethod
+    def _offline_without_a_key(cls, values: Any) -> Any:
+        """No key and no transport named: the laptop's embedded default, the offline demo model."""
+        if isinstance(values, dict) and not values.get("ANTHROPIC_API_KEY") and not values.get("MODEL_TRANSPORT"):
+            return {**values, "MODEL_TRANSPORT": OFFLINE_MODEL_TRANSPORT}
+        return values
 
     @model_validator(mode="after")
     def _room_for_a_reply(self) -> Self:

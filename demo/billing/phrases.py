@@ -1,4 +1,4 @@
-"""The billing pack's phrasebook for the offline demo model (webapp/llm/demo_model.py): how a support
+"""The billing pack's phrasebook for the offline demo model (demo/model/engine.py): how a support
 agent asks for its tools in words, and how their results are told back.
 
 It reads "Show invoices for customer 4471", "Look up ada@example.com", "Refund $12.50 on invoice 4471",
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webapp.llm.demo_model import Call, FollowUp, Note, Phrasebook, Result, register_phrasebook
+from demo.model.engine import Call, FollowUp, Note, Phrasebook, Result, register_phrasebook
 from webapp.tools.presenting import people
 
 _QUOTE = r"[\"“]([^\"”]+)[\"”]"

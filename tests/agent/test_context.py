@@ -10,13 +10,13 @@ import json
 import pytest
 from sqlalchemy import select
 
+from demo.model import context as demo_context
+from demo.model.wire import validate_request
 from tests.model_server import Reply
 from tests.replies import reply, text
 from webapp.agent.context import Window, clear_old_results, estimate
 from webapp.agent.loop import Loop, LoopSettings
-from webapp.llm import demo_context
 from webapp.llm.client import ModelError
-from webapp.llm.wire import validate_request
 from webapp.models import AuditEvent, ModelCall, Summary, utcnow
 
 WINDOW = 12_000

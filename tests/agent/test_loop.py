@@ -8,13 +8,13 @@ import pytest
 from sqlalchemy import func, select
 
 from demo.billing.models import Refund
+from demo.model.wire import validate_request
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent import moves
 from webapp.agent.decisions import DecisionError, arguments_hash, decide
 from webapp.agent.loop import ConversationBusy
 from webapp.agent.transcript import api_messages
-from webapp.llm.wire import validate_request
 from webapp.models import Message, ToolCall, User
 
 

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from demo.billing.tools import demo_registry
+from demo.model import routing as demo_routing
 from tests.clients import session_as
 from tests.model_server import Fault, ModelServer, Reply
 from tests.replies import reply, text
@@ -19,7 +20,7 @@ from webapp.agent import assistant_settings
 from webapp.agent.states import ConversationStatus
 from webapp.audit import costs
 from webapp.config import Config
-from webapp.llm import endpoints, routing
+from webapp.llm import endpoints, grants, routing
 from webapp.models import AuditEvent, Conversation, ModelCall, utcnow
 from webapp.runtime.services import Services
 
@@ -43,7 +44,7 @@ def desk(session, model, small, tmp_path: Path) -> Services:
     config = Config.from_env({**settings, "OUTBOUND_ALLOW": allowed})
     endpoints.add_endpoint(session, config, "big", base_url=model.url, model=BIG, api_key="k1")
     endpoints.add_endpoint(session, config, "mini", base_url=small.url, model=MINI)
-    endpoints.set_tenant_endpoint(session, "acme", "big", "mini", allow=True)  # (as an operator does)
+    grants.set_tenant_endpoint(session, "acme", "big", "mini", allow=True)  # (as an operator does)
     session.commit()
     return Services(config, None, demo_registry())
 
@@ -65,7 +66,7 @@ def ask(session, desk: Services, agent, question: str, conversation: Conversatio
 
 
 def classifications(server: ModelServer) -> list[dict]:
-    return [body for body in server.requests if body and routing.is_route_request(body)]
+    return [body for body in server.requests if body and demo_routing.is_route_request(body)]
 
 
 def calls(session, conversation: Conversation) -> list[tuple[str, str | None, str | None]]:
@@ -83,7 +84,7 @@ def test_a_simple_question_runs_on_the_small_endpoint_for_every_move(session, de
     assert conversation.status == "completed"
     assert model.requests == []  # the large endpoint never heard of it
     assert len(classifications(small)) == 1
-    answers = [body for body in small.requests if not routing.is_route_request(body)]
+    answers = [body for body in small.requests if not demo_routing.is_route_request(body)]
     assert len(answers) == 2 and all(body["model"] == MINI for body in answers)  # the lookup, the answer
     assert calls(session, conversation) == [
         ("route", "mini", "small: classifies the question"),
@@ -155,7 +156,7 @@ def test_a_failed_classification_falls_back_to_the_large_endpoint_and_says_so(se
 
 
 def test_without_a_small_endpoint_nothing_is_classified(session, desk, agent, model, small):
-    endpoints.set_tenant_endpoint(session, "acme", "big", None)
+    grants.set_tenant_endpoint(session, "acme", "big", None)
     session.commit()
 
     conversation = ask(session, desk, agent, SIMPLE)
@@ -166,11 +167,11 @@ def test_without_a_small_endpoint_nothing_is_classified(session, desk, agent, mo
 
 def test_the_demo_model_classifies_by_length_and_words():
     def body(question: str) -> dict:
-        return {"system": routing.SYSTEM, "messages": [{"role": "user", "content": question}]}
+        return {"system": routing.system_prompt(), "messages": [{"role": "user", "content": question}]}
 
-    assert routing.demo_label(body("Who is customer 4471?")) == "simple"
-    assert routing.demo_label(body("Refund invoice 1001")) == "complex"
-    assert routing.demo_label(body("Look up " + "a" * 200)) == "complex"
+    assert demo_routing.demo_label(body("Who is customer 4471?")) == "simple"
+    assert demo_routing.demo_label(body("Refund invoice 1001")) == "complex"
+    assert demo_routing.demo_label(body("Look up " + "a" * 200)) == "complex"
 
 
 @pytest.mark.parametrize(
@@ -179,7 +180,7 @@ def test_the_demo_model_classifies_by_length_and_words():
 )
 def test_a_small_endpoint_must_exist_and_differ_from_the_endpoint(session, desk, small_name, says):
     with pytest.raises(endpoints.EndpointError, match=r".*") as refused:
-        endpoints.set_tenant_endpoint(session, "acme", "big", small_name)
+        grants.set_tenant_endpoint(session, "acme", "big", small_name)
     assert says in str(refused.value) and refused.value.field == "small_endpoint"
 
 
@@ -191,10 +192,10 @@ def test_the_costs_dashboard_splits_spend_by_endpoint_and_says_why(app, session,
         return costs.dashboard(session.get_bind(), agent.tenant_id, today, today)
 
     before = figures()  # (the audit log outlives a test: count this test's calls only)
-    endpoints.set_tenant_endpoint(session, "acme", None, None)  # first the desk's default model, offline
+    grants.set_tenant_endpoint(session, "acme", None, None)  # first the desk's default model, offline
     session.commit()
     ask(session, desk, agent, SIMPLE)
-    endpoints.set_tenant_endpoint(session, "acme", "big", "mini")
+    grants.set_tenant_endpoint(session, "acme", "big", "mini")
     session.commit()
     ask(session, desk, agent, SIMPLE)
     ask(session, desk, agent, COMPLEX)

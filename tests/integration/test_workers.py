@@ -13,12 +13,12 @@ from sqlalchemy import func, select, update
 from sqlalchemy import text as text_sql
 
 from demo.billing.models import Refund
+from demo.model.wire import validate_request
 from tests.clients import session_as
 from tests.conftest import wait_until
 from tests.model_server import Fault, Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.transcript import api_messages
-from webapp.llm.wire import validate_request
 from webapp.models import Conversation, Message, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id

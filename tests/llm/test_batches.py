@@ -1,5 +1,5 @@
 """Message batches through the real anthropic SDK and the desk's ModelClient, against both stand-ins
-of the Messages API: ModelServer over HTTP and DemoTransport beneath the SDK (webapp/llm/demo_batches.py)."""
+of the Messages API: ModelServer over HTTP and DemoTransport beneath the SDK (demo/model/batches.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import anthropic
 import httpx2
 import pytest
 
+from demo.model.batches import ERRORED_HOOK, EXPIRED_HOOK
+from demo.model.wire import DemoTransport
 from tests.llm.test_demo_model import BILLING_TOOLS, SYSTEM
 from tests.model_server import ModelServer
+from webapp.llm.choice import UnusableEndpointClient
 from webapp.llm.client import BatchItemResult, ModelClient, ModelError
-from webapp.llm.demo_batches import ERRORED_HOOK, EXPIRED_HOOK
-from webapp.llm.endpoints import UnusableEndpointClient
 from webapp.llm.react import ReactClient
-from webapp.llm.wire import DemoTransport
 from webapp.models import ModelEndpoint
 
 EXPIRED = "The batch expired before the model service answered this request (a batch has 24 hours)."

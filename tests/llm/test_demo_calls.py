@@ -1,4 +1,4 @@
-"""The demo model calls any tool it is offered (webapp/llm/demo_calls.py): `[[call TOOL {json}]]` and
+"""The demo model calls any tool it is offered (demo/model/other_tools.py): `[[call TOOL {json}]]` and
 plain words that name a tool, driven through the real anthropic SDK over DemoTransport, in both the
 native tool protocol and the text protocol (MODEL_PROTOCOL=react)."""
 
@@ -8,9 +8,9 @@ import anthropic
 import httpx2
 import pytest
 
+from demo.model.wire import DemoTransport
 from tests.llm.test_demo_model import BILLING_TOOLS, ask, demo_client, results_for, text_of, tool_uses
 from webapp.llm.react import ReactClient
-from webapp.llm.wire import DemoTransport
 from webapp.tools.registry import wrap_output
 
 LOOKUP, RESTOCK, ADD_NOTE = "mcp_inventory__lookup", "mcp_inventory__restock", "mcp_notes__add_note"

@@ -11,9 +11,9 @@ import httpx2
 import pytest
 
 from demo.billing.tools import demo_registry
+from demo.model.engine import NO_SUCH_TOOL, respond
+from demo.model.wire import DemoTransport, validate_request
 from tests.model_server import model_server_fixture  # noqa: F401 - the model_server fixture
-from webapp.llm.demo_model import NO_SUCH_TOOL, respond
-from webapp.llm.wire import DemoTransport, validate_request
 from webapp.tools.registry import wrap_output
 
 MODEL = "claude-sonnet-4-6"

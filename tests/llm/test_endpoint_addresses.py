@@ -14,7 +14,7 @@ from tests.accounts.people import last_event
 from tests.clients import sign_in
 from tests.listeners import SECRET, Listener
 from webapp.config import Config
-from webapp.llm import endpoints
+from webapp.llm import choice, grants
 from webapp.llm.client import ModelError
 from webapp.models import ModelEndpoint
 
@@ -57,9 +57,9 @@ def _client_of(session, tmp_path, base_url: str, allow: str = ""):
     )
     session.add(ModelEndpoint(name="stored", base_url=base_url, model="m", protocol="tools"))
     session.flush()
-    tenant, _ = endpoints.set_tenant_endpoint(session, "acme", "stored", None, allow=True)  # the operator's choice
+    tenant, _ = grants.set_tenant_endpoint(session, "acme", "stored", None, allow=True)  # the operator's choice
     session.commit()
-    return endpoints.choice_for(session, config, tenant.id).client
+    return choice.choice_for(session, config, tenant.id).client
 
 
 def test_an_endpoint_stored_at_a_private_address_fails_its_call_in_words_without_connecting(

@@ -1,4 +1,4 @@
-"""The demo model's phrasebooks (webapp/llm/demo_model.py): the engine names no tool, a pack teaches it
+"""The demo model's phrasebooks (demo/model/engine.py): the engine names no tool, a pack teaches it
 its words by registering a phrasebook (the billing pack's is demo/billing/phrases.py), several packs
 each speak for their own tools, and with none registered every offered tool is still reached through
 demo_calls."""
@@ -17,14 +17,14 @@ import httpx2
 import pytest
 
 from demo.billing.phrases import BillingPhrases
+from demo.model import engine as demo_model
+from demo.model.engine import Call, FollowUp, Note, Phrasebook, Result, register_phrasebook, respond
+from demo.model.wire import DemoTransport, validate_request
 from tests.llm.test_demo_model import BILLING_TOOLS, MODEL, ask, results_for, text_of, tool_uses
-from webapp.llm import demo_model
-from webapp.llm.demo_model import Call, FollowUp, Note, Phrasebook, Result, register_phrasebook, respond
-from webapp.llm.wire import DemoTransport, validate_request
 from webapp.tools.registry import wrap_output
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINE = sorted(path.relative_to(ROOT) for path in (ROOT / "webapp" / "llm").glob("*.py"))  # demo_model.py and all
+ENGINE = sorted(path.relative_to(ROOT) for path in (ROOT / "demo" / "model").glob("*.py"))  # engine.py and all
 BILLING_ARGUMENTS = {"customer_id", "invoice_id", "amount_cents", "refund_id", "refunded_cents", "total_cents"}
 
 
@@ -78,7 +78,7 @@ FORECAST = {
 
 def test_the_engine_names_no_billing_tool_or_argument():
     names = BillingPhrases.tools | BILLING_ARGUMENTS
-    assert {"demo_model.py", "demo_calls.py", "demo_react.py", "wire.py"} <= {path.name for path in ENGINE}
+    assert {"engine.py", "other_tools.py", "react.py", "wire.py"} <= {path.name for path in ENGINE}
     for path in ENGINE:
         source = (ROOT / path).read_text()
         named = sorted(name for name in names if re.search(rf"\b{name}\b", source))

@@ -13,9 +13,9 @@ import anthropic
 import httpx2
 import pytest
 
+from demo.model.engine import respond
+from demo.model.wire import DemoTransport, sse_events, validate_request
 from tests.model_server import Fault, ModelServer, Reply, model_server_fixture  # noqa: F401 - the model_server fixture
-from webapp.llm.demo_model import respond
-from webapp.llm.wire import DemoTransport, sse_events, validate_request
 
 MODEL = "claude-sonnet-4-6"
 TOOLS = [

@@ -17,7 +17,8 @@ from tests.clients import sign_in
 from tests.integration.test_workers import start, wait_status
 from tests.migrations import flask_db, revision_before
 from tests.model_server import ModelServer
-from webapp.llm import endpoints
+from webapp.llm import endpoints, keys
+from webapp.llm.choice import choice_for
 from webapp.llm.client import ModelError
 from webapp.models import AuditEvent, EndpointGrant, ModelEndpoint, Tenant
 
@@ -321,7 +322,7 @@ def test_an_endpoint_stored_with_another_variable_is_never_read_from_it(app, api
         fixed = cli("endpoint", "update", "old", "--api-key-env", "MODEL_KEY_OLD")
         assert fixed.exit_code == 0 and "key from $MODEL_KEY_OLD" in fixed.output
         endpoint = read(lambda s: s.scalar(select(ModelEndpoint)))
-        assert endpoints.key_problem(endpoint) is None
+        assert keys.key_problem(endpoint) is None
 
 
 def test_reading_the_key_of_an_endpoint_stored_with_another_variable_refuses(app, monkeypatch):
@@ -329,10 +330,10 @@ def test_reading_the_key_of_an_endpoint_stored_with_another_variable_refuses(app
     monkeypatch.setenv("HOME", "the-host-home")
     refused = r"sets it again with `flask endpoint update old --api-key-env MODEL_KEY_"
     with pytest.raises(endpoints.EndpointError, match=refused):
-        endpoints._api_key(endpoint, app.extensions["desk"].config)
+        keys.api_key(endpoint, app.extensions["desk"].config)
     monkeypatch.setenv("MODEL_KEY_OLD", "sk-from-the-right-variable")
     endpoint.api_key_env = "MODEL_KEY_OLD"
-    assert endpoints._api_key(endpoint, app.extensions["desk"].config) == "sk-from-the-right-variable"
+    assert keys.api_key(endpoint, app.extensions["desk"].config) == "sk-from-the-right-variable"
 
 
 def test_an_endpoint_whose_stored_key_cannot_be_read_fails_each_call_for_good_in_words(app, cli, engine):
@@ -345,7 +346,7 @@ def test_an_endpoint_whose_stored_key_cannot_be_read_fails_each_call_for_good_in
     with engine.begin() as connection:
         connection.execute(text("UPDATE model_endpoints SET api_key_encrypted = 'sealed-under-another-key'"))
     acme = db.session.scalar(select(Tenant.id).where(Tenant.slug == "acme"))
-    choice = endpoints.choice_for(db.session, app.extensions["desk"].config, acme)
+    choice = choice_for(db.session, app.extensions["desk"].config, acme)
     with pytest.raises(ModelError) as failed:
         choice.client.generate(system=[], messages=[{"role": "user", "content": "hi"}])
     assert (failed.value.code, failed.value.transient) == ("endpoint_unusable", False)

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.clients import sign_in
-from webapp.llm import endpoints
+from webapp.llm import keys
 from webapp.models import AuditEvent, ModelEndpoint, Tenant
 
 OPERATOR = "operator@desk.test"
@@ -61,7 +61,7 @@ def test_an_operator_registers_an_endpoint_whose_key_is_never_shown_back(app, op
     endpoint = read(lambda s: s.scalar(select(ModelEndpoint)))
     assert (endpoint.model, endpoint.protocol, endpoint.context_window) == ("qwen3:8b", "react", 32000)
     assert SECRET not in endpoint.api_key_encrypted
-    assert endpoints._api_key(endpoint, app.extensions["desk"].config) == SECRET
+    assert keys.api_key(endpoint, app.extensions["desk"].config) == SECRET
     (event,) = events("endpoint_added")
     assert event.actor_label == OPERATOR and event.tenant_id is None
     assert event.data["key"] == "key stored encrypted" and SECRET not in str(event.data)
@@ -116,7 +116,7 @@ def test_an_operator_changes_an_endpoint_and_its_key_stays_unless_replaced_or_dr
     changed = operator.post("/ops/endpoints/local-qwen", {**fields, "model": "qwen3:14b", "api_key": ""})
     assert changed.status_code == 303
     endpoint = read(lambda s: s.scalar(select(ModelEndpoint)))
-    assert endpoint.model == "qwen3:14b" and endpoints._api_key(endpoint, config) == SECRET  # the key kept
+    assert endpoint.model == "qwen3:14b" and keys.api_key(endpoint, config) == SECRET  # the key kept
     (event,) = events("endpoint_changed")
     assert event.data["before"]["model"] == "qwen3:8b" and event.data["after"]["model"] == "qwen3:14b"
     assert event.data["key_replaced"] is False and SECRET not in str(event.data)

@@ -13,11 +13,11 @@ from html import unescape
 import pytest
 from sqlalchemy import func, select
 
+from demo.model.batches import ERRORED_HOOK, EXPIRED_HOOK
 from tests.clients import session_as
 from tests.conftest import desk_app, pushed
 from tests.integration.test_workers import AGENT
 from webapp.audit import costs
-from webapp.llm.demo_batches import ERRORED_HOOK, EXPIRED_HOOK
 from webapp.models import AuditEvent, BatchRequest, Conversation, ModelCall, Run, User
 from webapp.runs import actions as runs
 from webapp.runtime import work

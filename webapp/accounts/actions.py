@@ -17,7 +17,7 @@ from webapp import audit_chain, identity, notify, outbound
 from webapp.accounts import four_eyes
 from webapp.config import Config
 from webapp.conversations import actions as conversation_actions
-from webapp.llm import endpoints
+from webapp.llm import endpoints, errors, grants
 from webapp.models import (
     MAX_ROW_ID,
     ROLES,
@@ -537,23 +537,23 @@ def set_tenant_models(
     session: Session,
     tenant_slug: str,
     endpoint_name: str | None,
-    small_endpoint_name: str | None | object = endpoints.KEEP,
+    small_endpoint_name: str | None | object = grants.KEEP,
     *,
     allow: bool = False,
     actor: User | None = None,
     actor_label: str | None = None,
 ) -> TenantModels:
     """Serve the tenant from an endpoint (None: the desk's default model), with a small endpoint that
-    routes simple questions to itself (None: no routing; endpoints.KEEP: as it is). A tenant's admin
+    routes simple questions to itself (None: no routing; grants.KEEP: as it is). A tenant's admin
     may name only endpoints their tenant may use: any other is refused (EndpointNotAllowed) and the
     refused attempt audited on the tenant's chain in a transaction of its own. `allow` is for
     operators: an endpoint named is allowed for the tenant if it was not (audited as such). Audited
     and committed; an EndpointError (nothing changed) says what to fix."""
     try:
-        tenant, allowed = endpoints.set_tenant_endpoint(
+        tenant, allowed = grants.set_tenant_endpoint(
             session, tenant_slug, endpoint_name, small_endpoint_name, allow=allow
         )
-    except endpoints.EndpointNotAllowed as refused:
+    except errors.EndpointNotAllowed as refused:
         session.rollback()  # nothing of the attempt stays; only its record
         audit_chain.record(
             session,
@@ -564,7 +564,7 @@ def set_tenant_models(
             outcome="refused",
             data={
                 "endpoint": _as_typed(endpoint_name) or "default",
-                "small_endpoint": None if small_endpoint_name is endpoints.KEEP else _as_typed(small_endpoint_name),
+                "small_endpoint": None if small_endpoint_name is grants.KEEP else _as_typed(small_endpoint_name),
                 "refused": str(refused),
             },
         )
@@ -574,8 +574,8 @@ def set_tenant_models(
         session.rollback()
         raise
     for endpoint in allowed:
-        change = endpoints.AccessChange(endpoint, allowed=[tenant.slug])
-        endpoints.record_access_change(session, change, actor=actor, actor_label=actor_label)
+        change = grants.AccessChange(endpoint, allowed=[tenant.slug])
+        grants.record_access_change(session, change, actor=actor, actor_label=actor_label)
     name, small_name = endpoints.endpoint_names(session, tenant)
     audit_chain.record(
         session,

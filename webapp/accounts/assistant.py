@@ -13,7 +13,7 @@ from flask_login import current_user
 from webapp import audit_chain
 from webapp.accounts import actions
 from webapp.agent import assistant_settings
-from webapp.llm import endpoints
+from webapp.llm import choice, endpoints, errors, grants
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.web.security import roles_required
@@ -82,12 +82,12 @@ def set_model():
         )
     except endpoints.EndpointError as exc:
         db.session.rollback()
-        status = 403 if isinstance(exc, endpoints.EndpointNotAllowed) else 422
+        status = 403 if isinstance(exc, errors.EndpointNotAllowed) else 422
         return _page(chosen=chosen, model_errors={exc.field: str(exc)}), status
     routing = f"; simple questions go to {chosen_now.small_endpoint}" if chosen_now.small_endpoint else ""
     flash(
         f"The assistant is now served by {chosen_now.endpoint}{routing}. New runs follow within "
-        f"{endpoints.CHOICE_SECONDS:g} seconds.",
+        f"{choice.CHOICE_SECONDS:g} seconds.",
         "info",
     )
     return redirect(url_for(".index"), code=303)
@@ -105,7 +105,7 @@ def _page(
         "complex_words": (now.complex_words or "") if now else "",
         "complex_length": (now.complex_length or "") if now else "",
     }
-    registered = endpoints.usable_endpoints(db.session, tenant.id)
+    registered = grants.usable_endpoints(db.session, tenant.id)
     # (an endpoint withdrawn since it was chosen serves no more: the page says the default serves, as it does)
     by_id = {endpoint.id: endpoint for endpoint in registered}
     endpoint, small = by_id.get(tenant.endpoint_id), by_id.get(tenant.small_endpoint_id)

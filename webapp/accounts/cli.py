@@ -26,7 +26,7 @@ from webapp.identity import (
     issue_token,
     revoke_token,
 )
-from webapp.llm import endpoints
+from webapp.llm import choice, endpoints, grants
 from webapp.models import OPERATIONS_SLUG, ROLES, McpServer, Tenant, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
@@ -184,7 +184,7 @@ def _register_tenants(app: Flask) -> None:
         route simple questions to a small endpoint. An endpoint the tenant may not use yet is allowed
         for it (as `flask endpoint allow` would)."""
         chosen = None if endpoint_name.strip().lower() == "default" else endpoint_name
-        small = endpoints.KEEP
+        small = grants.KEEP
         if small_endpoint_name is not None:
             small = None if small_endpoint_name.strip().lower() == "none" else small_endpoint_name
         try:
@@ -198,7 +198,7 @@ def _register_tenants(app: Flask) -> None:
             routing = f"; simple questions go to {now.small_endpoint}"
         click.echo(
             f"Tenant {now.tenant.slug} is now served by {now.endpoint}{routing}. Running workers follow within "
-            f"{endpoints.CHOICE_SECONDS:g} seconds."
+            f"{choice.CHOICE_SECONDS:g} seconds."
         )
         for name in now.allowed:
             click.echo(f"{now.tenant.slug} may now use {name}: it was not allowed for it before.")

@@ -60,7 +60,8 @@ class Generation(OnWorkspace):
 
     def routing_request(self) -> dict:
         """What a route move decides from, read before its model call: the newest words a person
-        wrote, and the tenant's rule that makes them complex (None: no rule does)."""
+        wrote, the tenant's rule that makes them complex (None: no rule does), and the classification's
+        instructions, with the tools the owner may use as examples."""
         question = next(
             (
                 "\n".join(b["text"] for b in row.content if b.get("type") == "text")
@@ -70,7 +71,12 @@ class Generation(OnWorkspace):
             "",
         )
         settings = assistant_settings.current(self.session, self.conversation.tenant_id)
-        return {"question": question, "rule": assistant_settings.complex_rule(question, settings)}
+        tools = [self.tools.get(name) for name in sorted(self.workspace.usable_tools())]
+        system = routing.system_prompt(
+            look_ups=[tool.title for tool in tools if tool and not tool.sensitive],
+            changes=[tool.title for tool in tools if tool and tool.sensitive],
+        )
+        return {"question": question, "rule": assistant_settings.complex_rule(question, settings), "system": system}
 
     def build_request(self, rows: list | None = None) -> dict:
         """The next model request: the system prompt and the tools (both cache breakpoints), then the
@@ -179,7 +185,7 @@ class Generation(OnWorkspace):
             route, reason = "large", f"large: {rule}"
         else:
             try:
-                label, reply = routing.classify(self.router, question)
+                label, reply = routing.classify(self.router, question, request["system"])
             except ModelError as error:
                 label, reason = None, f"large: classification failed ({error.message})"
             else:
@@ -191,7 +197,7 @@ class Generation(OnWorkspace):
         if reply is not None:
             self._record_usage(
                 reply,
-                {"system": routing.SYSTEM},
+                {"system": request["system"]},
                 purpose="route",
                 endpoint=self.router.endpoint,
                 route="small: classifies the question",

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from webapp import audit_chain, outbound
 from webapp.agent import policies
 from webapp.config import Config
-from webapp.llm import endpoints
+from webapp.llm import endpoints, grants
 from webapp.models import ModelEndpoint, User
 from webapp.tools.registry import Tool
 
@@ -32,7 +32,7 @@ def add_endpoint(
     try:
         may_use = [endpoints.tenant_named(session, slug) for slug in tenants]
         endpoint = endpoints.add_endpoint(session, config, name, **fields)
-        allowed = endpoints.allow_tenants(session, endpoint, may_use)
+        allowed = grants.allow_tenants(session, endpoint, may_use)
     except endpoints.EndpointError as exc:
         session.rollback()
         _audit_refused_address(session, exc, actor, actor_label)
@@ -112,12 +112,12 @@ def change_access(
     disallow: Iterable[str] = (),
     actor: User | None = None,
     actor_label: str | None = None,
-) -> endpoints.AccessChange:
+) -> grants.AccessChange:
     """Allow the endpoint for the tenants in `allow` and withdraw it from those in `disallow` (slugs).
     A tenant served by it goes back to the default model, one routing through it stops routing; the
     returned change says so (`sentences`). Nothing asked that is so already is audited."""
     try:
-        change = endpoints.change_access(
+        change = grants.change_access(
             session,
             endpoint,
             [endpoints.tenant_named(session, slug) for slug in allow],
@@ -127,7 +127,7 @@ def change_access(
         session.rollback()
         raise
     if change.changed:
-        endpoints.record_access_change(session, change, actor=actor, actor_label=actor_label)
+        grants.record_access_change(session, change, actor=actor, actor_label=actor_label)
     session.commit()
     return change
 
@@ -139,7 +139,7 @@ def set_access(
     ticked: Iterable[str],
     listed: Iterable[str],
     actor: User | None = None,
-) -> endpoints.AccessChange:
+) -> grants.AccessChange:
     """The endpoint page's checkboxes: of the tenants the form listed, the ticked ones may use the
     endpoint and the others may not. A tenant the form did not list (made after the page was drawn,
     or allowed meanwhile from the command line) is left as it is."""
@@ -156,7 +156,7 @@ def set_access(
     except endpoints.EndpointError:
         session.rollback()
         raise
-    now = set(endpoints.allowed_tenants(session).get(endpoint.id, []))
+    now = set(grants.allowed_tenants(session).get(endpoint.id, []))
     return change_access(
         session,
         endpoint,

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from webapp import identity
 from webapp.agent import gate, policies
-from webapp.llm import endpoints
+from webapp.llm import endpoints, grants
 from webapp.models import OPERATIONS_SLUG, ModelEndpoint, Tenant
 from webapp.ops import actions as ops_actions
 from webapp.runtime.extensions import db
@@ -43,7 +43,7 @@ def _register_endpoints(app: Flask) -> None:
         help="A tenant (its slug) that may use the endpoint; repeat for more.",
     )
 
-    def echo_access(change: endpoints.AccessChange) -> None:
+    def echo_access(change: grants.AccessChange) -> None:
         for sentence in change.sentences(services().config.model):
             click.echo(sentence)
 
@@ -85,7 +85,7 @@ def _register_endpoints(app: Flask) -> None:
         except endpoints.EndpointError as exc:
             raise click.UsageError(str(exc)) from None
         click.echo(f"Added {endpoints.describe(endpoint)}")
-        click.echo(endpoints.who_may_use(db.session, endpoint))
+        click.echo(grants.who_may_use(db.session, endpoint))
 
     @endpoint_group.command("update")
     @click.argument("name")
@@ -164,7 +164,7 @@ def _register_endpoints(app: Flask) -> None:
         for slug, endpoint_id, small_id in db.session.execute(tenants.order_by(Tenant.slug)):
             served.setdefault(endpoint_id, []).append(slug)
             classifies.setdefault(small_id, []).append(slug)
-        may_use = endpoints.allowed_tenants(db.session)
+        may_use = grants.allowed_tenants(db.session)
         click.echo(
             f"default: {services().config.model} (configured); serves {', '.join(served.get(None, [])) or 'no tenant'}"
         )

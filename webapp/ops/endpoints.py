@@ -13,7 +13,7 @@ from flask import Blueprint, abort, flash, redirect, render_template, request, u
 from flask_login import current_user
 from sqlalchemy import select
 
-from webapp.llm import endpoints
+from webapp.llm import endpoints, grants, keys
 from webapp.models import OPERATIONS_SLUG, OPERATOR, ModelEndpoint, Tenant
 from webapp.ops import actions
 from webapp.runtime.extensions import db
@@ -47,7 +47,7 @@ def create():
     except endpoints.EndpointError as exc:
         db.session.rollback()
         return _list_page(typed, {exc.field: _said(exc, typed)}), 422
-    flash(f"Added {endpoints.describe(endpoint)}. {endpoints.who_may_use(db.session, endpoint)}", "info")
+    flash(f"Added {endpoints.describe(endpoint)}. {grants.who_may_use(db.session, endpoint)}", "info")
     return redirect(url_for(".index"), code=303)
 
 
@@ -157,10 +157,10 @@ def _list_page(typed: dict | None = None, errors: dict | None = None) -> str:
         registered=registered,
         serves=serves,
         classifies=classifies,
-        may_use=endpoints.allowed_tenants(db.session),
+        may_use=grants.allowed_tenants(db.session),
         tenants=_tenants(),
-        key_source=endpoints.key_source,
-        key_problem=endpoints.key_problem,
+        key_source=keys.key_source,
+        key_problem=keys.key_problem,
         default_model=services().config.model,
         protocols=endpoints.PROTOCOLS,
         typed=typed or {"protocol": "tools"},
@@ -184,12 +184,12 @@ def _edit_page(
         "forget_key": False,
     }
     tenants = _tenants()
-    may_use = endpoints.allowed_tenants(db.session).get(endpoint.id, [])
+    may_use = grants.allowed_tenants(db.session).get(endpoint.id, [])
     return render_template(
         "ops/endpoint.html",
         endpoint=endpoint,
-        key=endpoints.key_source(endpoint),
-        key_problem=endpoints.key_problem(endpoint),
+        key=keys.key_source(endpoint),
+        key_problem=keys.key_problem(endpoint),
         tenants=tenants,
         ticked=set(may_use if access_typed is None else access_typed),
         serving={t.slug for t in tenants if t.endpoint_id == endpoint.id},

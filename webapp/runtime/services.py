@@ -14,7 +14,7 @@ from webapp.agent.context import Window
 from webapp.agent.loop import Loop, LoopSettings
 from webapp.agent.workspace import Tail
 from webapp.config import Config
-from webapp.llm.endpoints import choice_for
+from webapp.llm.choice import choice_for
 from webapp.models import Conversation, Tenant
 from webapp.runtime.queue import Dispatcher
 from webapp.runtime.webhook_trigger import Subscribed

@@ -20,8 +20,8 @@ from sqlalchemy import select
 from webapp import audit_chain, notify, webhooks
 from webapp.agent import batch_pump, decisions, gate, moves, sweeper
 from webapp.agent.batches import CUSTOM_ID
+from webapp.llm.choice import choice_for
 from webapp.llm.client import ModelError
-from webapp.llm.endpoints import choice_for
 from webapp.models import Conversation, McpServer, Run, ToolCall, WebhookSubscription, utcnow
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import QueueUnavailable, move_job_id

@@ -1,5 +1,5 @@
 """The offline demo model's calls of any tool a request offers, beyond the tools a registered
-phrasebook speaks for (webapp/llm/demo_model.py): a tool of a tenant's MCP server, or a team's tool
+phrasebook speaks for (demo/model/engine.py): a tool of a tenant's MCP server, or a team's tool
 pack.
 
 Only the tools in the request's `tools` list are ever called: a tool held, or not allowed for the
@@ -34,7 +34,7 @@ an argument, never a tool's words):
 5. A sentence that names no tool but holds two or more of a tool's other words is answered with a
    suggestion in words. A guess is never called.
 
-demo_model.py decides between these and a phrasebook's phrases when both read the same words.
+engine.py decides between these and a phrasebook's phrases when both read the same words.
 
 **[[invalid tool input]]**, the demo model's test hook: invalid_call() gives the first required argument
 that is not free text (a number, a flag, a choice, a list) of the first tool that has one the word

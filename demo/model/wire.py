@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx2
 
-from webapp.llm import demo_batches, demo_context, demo_model, demo_react, routing
+from demo.model import batches, context, engine, react, routing
 
 Responder = Callable[[dict], dict]
 
@@ -357,16 +357,16 @@ def _json_pieces(text: str, pieces: int = 4) -> list[str]:
 class DemoTransport(httpx2.BaseTransport):
     """An httpx2 transport that answers POST /v1/messages (and /v1/messages/count_tokens) offline, as
     the real API would, with a context window and a prompt cache of its own; and the Message Batches
-    endpoints, with batches of its own (webapp/llm/demo_batches.py)."""
+    endpoints, with batches of its own (demo/model/batches.py)."""
 
     def __init__(
         self,
-        responder: Responder = demo_model.respond,
+        responder: Responder = engine.respond,
         chunk_delay: float = 0.0,
         reply_seconds: float = 0.0,
         context_tokens: int = 200_000,
         batch_seconds: float = 2.0,
-        batch_dir: Path | None = demo_batches.SHARED_DIRECTORY,
+        batch_dir: Path | None = batches.SHARED_DIRECTORY,
     ) -> None:
         """`chunk_delay` pauses between streamed events; `reply_seconds` makes each reply take that
         long in all (a JSON reply waits it out, a stream spreads it over its events), as a real
@@ -377,30 +377,30 @@ class DemoTransport(httpx2.BaseTransport):
         self.chunk_delay = chunk_delay
         self.reply_seconds = reply_seconds
         self.context_tokens = context_tokens
-        self.cache = demo_context.PromptCache()
-        self.batch_store = demo_batches.BatchStore(self._batch_result, batch_seconds, batch_dir)
+        self.cache = context.PromptCache()
+        self.batch_store = batches.BatchStore(self._batch_result, batch_seconds, batch_dir)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         raw = request.read()
         headers = {"request-id": request_id(raw)}
         path = request.url.path
         origin = f"{request.url.scheme}://{request.url.netloc.decode()}"
-        batches = self.batch_store.respond(request.method, path, raw, origin)
-        if batches is not None:
+        answered = self.batch_store.respond(request.method, path, raw, origin)
+        if answered is not None:  # one of the Message Batches endpoints
             return httpx2.Response(
-                batches.status, content=batches.body, headers={**headers, "content-type": batches.content_type}
+                answered.status, content=answered.body, headers={**headers, "content-type": answered.content_type}
             )
         if request.method == "POST" and path.endswith("/v1/messages/count_tokens"):
             body, problems = read_request(raw, counting=True)
             if problems:
                 return httpx2.Response(400, json=api_error(400, "; ".join(problems)), headers=headers)
-            return httpx2.Response(200, json={"input_tokens": demo_context.count(body)}, headers=headers)
+            return httpx2.Response(200, json={"input_tokens": context.count(body)}, headers=headers)
         if request.method != "POST" or not path.endswith("/v1/messages"):
             return httpx2.Response(404, json=api_error(404, f"Not found: {path}"), headers=headers)
         body, problems = read_request(raw)
         if problems:
             return httpx2.Response(400, json=api_error(400, "; ".join(problems)), headers=headers)
-        refusal = demo_context.too_long(body, self.context_tokens)
+        refusal = context.too_long(body, self.context_tokens)
         if refusal:
             return httpx2.Response(400, json=api_error(400, refusal), headers=headers)
         message = demo_reply(body, self.responder, self.cache)
@@ -423,25 +423,25 @@ class DemoTransport(httpx2.BaseTransport):
         return batch_result(params, self.responder, self.cache, self.context_tokens)
 
 
-def batch_result(params: dict, responder: Responder, cache: demo_context.PromptCache, context_tokens: int) -> dict:
+def batch_result(params: dict, responder: Responder, cache: context.PromptCache, context_tokens: int) -> dict:
     """One message batch request's result: the reply /v1/messages would give these params, or, where
     it would refuse them with a 400, that error, as the Message Batches API reports each request."""
     problems = validate_request(params)
-    refusal = None if problems else demo_context.too_long(params, context_tokens)
+    refusal = None if problems else context.too_long(params, context_tokens)
     if problems or refusal:
         return {"type": "errored", "error": api_error(400, refusal or "; ".join(problems))}
     return {"type": "succeeded", "message": demo_reply(params, responder, cache)}
 
 
-def demo_reply(body: dict, responder: Responder, cache: demo_context.PromptCache) -> dict:
+def demo_reply(body: dict, responder: Responder, cache: context.PromptCache) -> dict:
     """The demo endpoint's reply to a valid request: a summary for a summary request, a label for a
-    routing request (webapp/llm/routing.py), else the responder's answer; its usage as the prompt
+    routing request (demo/model/routing.py), else the responder's answer; its usage as the prompt
     cache splits it."""
-    if demo_react.is_react_request(body):
-        message = demo_react.respond(body, responder)
+    if react.is_react_request(body):
+        message = react.respond(body, responder)
         output = len(message["content"][0]["text"]) // 4
-    elif demo_context.is_summary_request(body) or routing.is_route_request(body):
-        said = demo_context.summarise(body) if demo_context.is_summary_request(body) else routing.demo_label(body)
+    elif context.is_summary_request(body) or routing.is_route_request(body):
+        said = context.summarise(body) if context.is_summary_request(body) else routing.demo_label(body)
         content = [{"type": "text", "text": said}]
         message = {
             "id": "msg_demo_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24],

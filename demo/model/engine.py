@@ -5,7 +5,7 @@ reads the last user message: tool results are answered in plain words (one line 
 request in words becomes tool_use blocks, one per action asked for, for the tools the request offers.
 Same request, same response, down to the ids. Test hooks in the user's text force the awkward cases:
 [[long answer]] (some 2,000 words), [[max tokens]] (cut off at the limit), [[refusal]], [[invalid tool
-input]] (an offered tool called with input its schema refuses: demo_calls.invalid_call says which) and
+input]] (an offered tool called with input its schema refuses: other_tools.invalid_call says which) and
 [[unknown tool]] (a call of NO_SUCH_TOOL, which is never offered). They need no phrasebook.
 
 The engine names no tool. What it knows of a domain comes from the phrasebooks that packs register
@@ -13,7 +13,7 @@ The engine names no tool. What it knows of a domain comes from the phrasebooks t
 its reading of a person's words into calls, its words for those tools' results, the next step of a
 plan once results are in, and its lines of the help answer. Every other tool the request offers (an
 MCP server's, a team's pack without a phrasebook) is called with `[[call TOOL {json}]]` or by the
-words of its name (webapp/llm/demo_calls.py). When a sentence names such a tool and a phrasebook
+words of its name (demo/model/other_tools.py). When a sentence names such a tool and a phrasebook
 reads something in it too, the named tool wins if the sentence also holds another of its words (its
 server's name, a word of its description or an argument's name: "look up A-1 in the inventory");
 otherwise the phrasebook wins ("look up Alice Moore").
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from webapp.llm import demo_calls
+from demo.model import other_tools
 from webapp.tools import presenting
 from webapp.tools.registry import unwrap_output
 
@@ -90,7 +90,7 @@ class Phrasebook:
     - `name`: one word for the pack's domain, said in the help answer ("I'm the offline demo billing
       assistant.") and the key of the registration: registering a name again replaces the book.
     - `tools`: the tool names it speaks for. The engine reaches every other offered tool through
-      demo_calls; a call the book reads for one of its tools that the request does not offer becomes
+      other_tools; a call the book reads for one of its tools that the request does not offer becomes
       "I can't <phrase> here: the <tool> tool isn't available."
     - `read(text)`: the calls and notes the person's words ask for, each at its position in the text,
       whether or not the tools are offered. A part of a sentence that names another tool goes to that
@@ -187,7 +187,7 @@ def respond(request: dict, phrasebooks: Iterable[Phrasebook] | None = None) -> d
 
 
 def _spoken(books: tuple[Phrasebook, ...]) -> frozenset[str]:
-    """The tools some phrasebook speaks for: demo_calls answers only the others."""
+    """The tools some phrasebook speaks for: other_tools answers only the others."""
     return frozenset().union(*(book.tools for book in books))
 
 
@@ -198,7 +198,7 @@ def _answer_text(text: str, offered: list[dict], books: tuple[Phrasebook, ...]) 
     tools = {tool["name"] for tool in offered}
     lowered = text.lower()
     if "[[invalid tool input]]" in lowered:
-        invalid = demo_calls.invalid_call(offered)
+        invalid = other_tools.invalid_call(offered)
         if invalid is None:
             return [_text("No tool offered to me here needs an argument, so I have no input to get wrong.")], "end_turn"
         return _turn([invalid], [], offered, books)
@@ -213,8 +213,8 @@ def _answer_text(text: str, offered: list[dict], books: tuple[Phrasebook, ...]) 
     if "[[refusal]]" in lowered:
         return [_text("I can't help with that request.")], "refusal"
 
-    if demo_calls.has_call_syntax(text):  # written calls: nothing else in the message is a request
-        written, refused = demo_calls.written_calls(text, offered)
+    if other_tools.has_call_syntax(text):  # written calls: nothing else in the message is a request
+        written, refused = other_tools.written_calls(text, offered)
         return _turn(written, [note.text for note in refused], offered, books)
 
     readings = [book.read(text) for book in books]
@@ -222,7 +222,7 @@ def _answer_text(text: str, offered: list[dict], books: tuple[Phrasebook, ...]) 
     planned_notes = [note for _, notes in readings for note in notes]
     spoken = _spoken(books)
     others = [tool for tool in offered if tool["name"] not in spoken]
-    worded, worded_notes = demo_calls.worded_calls(text, others)
+    worded, worded_notes = other_tools.worded_calls(text, others)
     phrased = [*(call for call in planned if call.tool in tools), *planned_notes]  # an unoffered tool's claims nothing
 
     def phrased_in(span: tuple[int, int]) -> bool:
@@ -306,7 +306,7 @@ def _describe_result(answered: _Answered, books: tuple[Phrasebook, ...]) -> str:
     if result.is_error:
         return _describe_error(result.tool, answered.text)
     book = next((book for book in books if result.tool in book.tools), None)
-    described = (book.describe(result) if book else None) or demo_calls.describe_result(result.tool, result.data)
+    described = (book.describe(result) if book else None) or other_tools.describe_result(result.tool, result.data)
     return described + (_describe_edit(answered.edit) if answered.edit else "")
 
 
@@ -442,7 +442,7 @@ def _help(offered: list[dict], books: tuple[Phrasebook, ...]) -> str:
     tools and how to ask for them."""
     tools = frozenset(tool["name"] for tool in offered)
     spoken = _spoken(books)
-    others = demo_calls.offer_sentence([tool for tool in offered if tool["name"] not in spoken])
+    others = other_tools.offer_sentence([tool for tool in offered if tool["name"] not in spoken])
     helped = [(book.name, said) for book in books if (said := book.help(tools))]
     if not helped and not others:
         return "I'm the offline demo assistant. No tools are available to me here, so I can only chat."
