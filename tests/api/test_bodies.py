@@ -1,4 +1,4 @@
-"""Request and response bodies of the JSON API (webapp/api/schemas.py): strict, closed requests refused
+"""Request and response bodies of the JSON API (webapp/api/, each resource's module): strict, closed requests refused
 with every bad field named, and responses in the shape clients rely on."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from demo.billing.models import Refund
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.decisions import arguments_hash
-from webapp.api import schemas
+from webapp.api import approvals, bodies, conversations, tool_calls
 from webapp.api.openapi import api_rules
 from webapp.models import Conversation, Decision, ToolCall
 from webapp.runtime.extensions import db
@@ -234,8 +234,8 @@ def test_a_flood_of_unknown_fields_gets_a_short_answer(api):
     sent = {"message": "hi", **{f"field{i}": i for i in range(500)}}
     response = api.as_(AGENT).post("/api/conversations", json=sent)
     assert response.status_code == 422
-    assert len(response.json["fields"]) == schemas.MAX_PROBLEMS
-    assert response.json["message"].endswith(f"and {500 - schemas.MAX_PROBLEMS} more fields are wrong.")
+    assert len(response.json["fields"]) == bodies.MAX_PROBLEMS
+    assert response.json["message"].endswith(f"and {500 - bodies.MAX_PROBLEMS} more fields are wrong.")
 
 
 # --- edit and approve ---------------------------------------------------------------------------
@@ -444,25 +444,25 @@ def test_a_tasks_progress_keeps_the_number_the_tool_gave():
     call.task_progress_at = call.task_due_at = None
     for progress in (1, 0.5, 0, None):
         call.task = {"status": "working", "message": "Counting", "progress": progress}
-        shown = schemas.TaskView.of(call).model_dump(mode="json")
+        shown = tool_calls.TaskView.of(call).model_dump(mode="json")
         assert shown["progress"] == progress and type(shown["progress"]) is type(progress)
 
 
 # --- the models themselves ----------------------------------------------------------------------
 
 REQUESTS = [
-    schemas.StartConversation,
-    schemas.PostMessage,
-    schemas.ExtendBudget,
-    schemas.DecideApproval,
-    schemas.GiveInput,
+    conversations.StartConversation,
+    conversations.PostMessage,
+    conversations.ExtendBudget,
+    approvals.DecideApproval,
+    tool_calls.GiveInput,
 ]
 
 
 @pytest.mark.parametrize("model", REQUESTS)
 def test_every_request_field_says_in_words_what_it_must_be(model):
     for name, field in model.model_fields.items():
-        assert any(isinstance(item, schemas.Rule) for item in field.metadata), f"{model.__name__}.{name}"
+        assert any(isinstance(item, bodies.Rule) for item in field.metadata), f"{model.__name__}.{name}"
         assert field.description, f"{model.__name__}.{name} has no description"
     document = model.model_json_schema()
     assert document["additionalProperties"] is False and document["description"]
@@ -473,19 +473,21 @@ def test_the_json_schemas_document_limits_and_choices():
     from webapp.conversations.actions import MAX_MESSAGE_CHARS
     from webapp.tools.tasks import MAX_INPUT_CHARS
 
-    assert schemas.StartConversation.model_json_schema()["properties"]["message"]["maxLength"] == MAX_MESSAGE_CHARS
-    assert schemas.GiveInput.model_json_schema()["properties"]["input"]["maxLength"] == MAX_INPUT_CHARS
-    decide = schemas.DecideApproval.model_json_schema()
+    assert (
+        conversations.StartConversation.model_json_schema()["properties"]["message"]["maxLength"] == MAX_MESSAGE_CHARS
+    )
+    assert tool_calls.GiveInput.model_json_schema()["properties"]["input"]["maxLength"] == MAX_INPUT_CHARS
+    decide = approvals.DecideApproval.model_json_schema()
     assert decide["required"] == ["decision"]
     assert decide["properties"]["decision"]["enum"] == ["approve", "reject"]
-    reason = {"maxLength": MAX_REASON_CHARS, "pattern": schemas.NO_NUL, "type": "string"}
+    reason = {"maxLength": MAX_REASON_CHARS, "pattern": bodies.NO_NUL, "type": "string"}
     assert reason in decide["properties"]["reason"]["anyOf"]
-    budget = schemas.ExtendBudget.model_json_schema()["properties"]["moves"]
+    budget = conversations.ExtendBudget.model_json_schema()["properties"]["moves"]
     assert (budget["minimum"], budget["maximum"], budget["default"]) == (1, 1000, 10)
-    conversation = schemas.ConversationView.model_json_schema(mode="serialization")
+    conversation = conversations.ConversationView.model_json_schema(mode="serialization")
     assert set(conversation["properties"]) == CONVERSATION_KEYS
     assert conversation["properties"]["created_at"]["format"] == "date-time"
-    assert typing.get_args(schemas.TaskStatus) == STATUSES
+    assert typing.get_args(tool_calls.TaskStatus) == STATUSES
 
 
 # --- every route, fed what nobody means to send -----------------------------------------------------

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from tests.approvals.test_inbox import refund, waiting_calls
 from tests.model_server import Reply
 from tests.replies import reply, text
-from webapp.api.schemas import EVENT_MODELS
+from webapp.api.events import EVENT_MODELS
 from webapp.models import AuditEvent
 from webapp.runtime.extensions import db
 

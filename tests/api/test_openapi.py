@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from webapp.api.schemas import MAX_ID
+from webapp.api.bodies import MAX_ID
 
 AGENT = "agent@acme.test"
 

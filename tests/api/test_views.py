@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.approvals.test_inbox import refund, waiting_calls
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
-from webapp.api.schemas import ConversationView
+from webapp.api.conversations import ConversationView
 from webapp.models import Conversation
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services

@@ -22,7 +22,7 @@ from tests.conftest import desk_app, pushed, wait_until
 from tests.model_server import Reply
 from tests.notify.test_notifications import make_due
 from tests.replies import reply, text
-from webapp.api.schemas import EVENT_MODELS
+from webapp.api.events import EVENT_MODELS
 from webapp.models import AuditEvent, Conversation
 from webapp.runtime import work
 from webapp.runtime.extensions import db

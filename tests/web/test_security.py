@@ -205,7 +205,7 @@ def test_every_route_declares_who_may_use_it_and_the_matrix_knows_it(app):
             assert set(declared) == set(wanted), f"{rule.endpoint}: declares {declared}, matrix says {wanted}"
 
 
-# A body each API endpoint takes (webapp/api/schemas.py refuses fields an endpoint does not take).
+# A body each API endpoint takes (webapp/api/ refuses fields an endpoint does not take).
 API_BODIES = {
     "api.create_conversation": {"message": "hi"},
     "api.create_run": {"items": [{"message": "hi"}]},

@@ -1,7 +1,8 @@
 """The JSON API's OpenAPI 3.1 document, built from what each route declares next to itself and from the
-pydantic models of webapp/api/schemas.py: nothing in it is written by hand.
+pydantic models of its resource's module (webapp/api/conversations.py, ...): nothing in it is written
+by hand.
 
-A route says what it takes and answers with `@documented(...)`: its request body model, its query
+A route says what it takes and answers with `@documented(...)` (webapp/api/base.py): its request body model, its query
 parameters' model, its answers by status and the errors of its own (409 conversation_busy, say). The
 rest is read from the route itself: its path parameters from the URL rule (an int is an id, 1 to MAX_ID),
 401 and 403 from the roles it declares (`@api_roles`), 404 when its path names something, 400, 413 and
@@ -12,54 +13,22 @@ rest is read from the route itself: its path parameters from the URL rule (an in
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
 from pydantic import BaseModel
 from werkzeug.routing import IntegerConverter, Rule
 
-from webapp.api.schemas import EVENT_MODELS, MAX_ID, ErrorBody, QueryParameters, RequestBody
+from webapp.api.base import Declared
+from webapp.api.bodies import MAX_ID, ErrorBody, QueryParameters
+from webapp.api.events import EVENT_MODELS
 from webapp.models import ROLES
 from webapp.webhooks import EVENT_TYPES
 
 TITLE = "Approval desk API"
 VERSION = "1"
 REF = "#/components/schemas/{model}"
-
-
-@dataclass(frozen=True)
-class Declared:
-    """What a route of the API takes and answers, as its `@documented` says."""
-
-    summary: str
-    responses: Mapping[int, type[BaseModel] | None]
-    body: type[RequestBody] | None = None
-    body_required: bool = True
-    query: type[QueryParameters] | None = None
-    errors: Mapping[int, str] = field(default_factory=dict)
-    stream: str | None = None  # a 200 that is a stream of server-sent events: what it sends
-
-
-def documented(
-    summary: str,
-    *,
-    responses: Mapping[int, type[BaseModel] | None],
-    body: type[RequestBody] | None = None,
-    body_required: bool = True,
-    query: type[QueryParameters] | None = None,
-    errors: Mapping[int, str] | None = None,
-    stream: str | None = None,
-) -> Callable:
-    """Record a route's request and response models on the view, which is returned unchanged. A response
-    model of None is any JSON object. `errors` are the route's own refusals, by status, in words."""
-
-    def decorate(view: Callable) -> Callable:
-        view.openapi = Declared(summary, dict(responses), body, body_required, query, dict(errors or {}), stream)
-        return view
-
-    return decorate
 
 
 def document(app: Flask) -> dict[str, Any]:
@@ -244,7 +213,7 @@ def _path_arguments(rule: Rule) -> list[str]:
 def _path_parameter(rule: Rule, name: str) -> dict[str, Any]:
     converter = rule._converters[name]  # werkzeug keeps no public map of a rule's converters
     schema: dict[str, Any] = {"type": "string"}
-    if isinstance(converter, IntegerConverter):  # an id: routes.py answers 404 outside this range
+    if isinstance(converter, IntegerConverter):  # an id: the app answers 404 outside this range
         schema = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
     return {"name": name, "in": "path", "required": True, "schema": schema}
 

@@ -24,7 +24,7 @@ from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
 from webapp.runtime.services import services
 from webapp.web.errors import Refused
 
-MAX_WAIT_SECONDS = 60  # the longest one GET /api/calls/<id>?wait= holds (webapp/api/schemas.py CallQuery)
+MAX_WAIT_SECONDS = 60  # the longest one GET /api/calls/<id>?wait= holds (webapp/api/calls.py CallQuery)
 LOOK_SECONDS = 2.0  # a wait reads the call again at least this often (a lost signal costs no more)
 HTTP_STATUS = {  # of each OutsideError code
     "unknown_tool": 422,
