@@ -70,6 +70,29 @@ def test_extra_tools_that_cannot_load_stop_the_app_with_a_sentence(tmp_path, ent
         create_app(Config.from_env({"INSTANCE_PATH": str(tmp_path), "EXTRA_TOOLS": entry}))
 
 
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("tests.no_such_module:transport", "MODEL_TRANSPORT: cannot import 'tests.no_such_module'"),
+        ("demo.model:no_such_factory", "MODEL_TRANSPORT: 'demo.model:no_such_factory' is not a function of the Config"),
+    ],
+)
+def test_a_model_transport_that_cannot_load_stops_the_app_with_a_sentence(tmp_path, path, says):
+    from webapp import create_app
+
+    with pytest.raises(SystemExit, match=re.escape(says)):
+        create_app(Config.from_env({"INSTANCE_PATH": str(tmp_path), "MODEL_TRANSPORT": path}))
+
+
+def test_the_laptop_gets_the_offline_model_with_no_setting_and_a_key_gets_the_sdks_own(tmp_path):
+    assert Config.from_env({"INSTANCE_PATH": str(tmp_path)}).model_transport == "demo.model:transport"
+    assert Config.from_env({"INSTANCE_PATH": str(tmp_path), "ANTHROPIC_API_KEY": "sk-x"}).model_transport is None
+    named = {"INSTANCE_PATH": str(tmp_path), "ANTHROPIC_API_KEY": "sk-x", "MODEL_TRANSPORT": "tests.x:proxy"}
+    assert Config.from_env(named).model_transport == "tests.x:proxy"
+    with pytest.raises(ConfigError, match="MODEL_TRANSPORT must be package.module:factory"):
+        Config.from_env({"INSTANCE_PATH": str(tmp_path), "MODEL_TRANSPORT": "demo.model"})
+
+
 def test_extra_tools_join_the_billing_tools(tmp_path):
     from webapp import create_app
 
