@@ -26,6 +26,7 @@ from rq import Worker
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.orm import Session
 
+from tests.listeners import closed_port
 from tests.migrations import blank_database  # noqa: F401 - a fixture: an empty database for migration tests
 from tests.model_server import ModelServer
 from webapp.config import Config
@@ -69,6 +70,12 @@ RUNTIME_TABLES = [
     "invoices",
     "customers",
 ]
+
+
+@pytest.fixture
+def closed() -> int:
+    """A port of 127.0.0.1 nothing listens on, for a test of what calling one looks like."""
+    return closed_port()
 
 
 _ports = itertools.count()

@@ -1,13 +1,45 @@
 """Plain TCP listeners on 127.0.0.1 for the outbound guard's tests: each counts the connections it
 accepted and does one thing with them, as the ports of a private network would (a service that is
-not HTTP, one that never answers, an internal HTTP page with a secret in its body, a redirect)."""
+not HTTP, one that never answers, an internal HTTP page with a secret in its body, a redirect); and
+the local HTTP server the webhook tests' receivers stand on."""
 
 from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SECRET = "INTERNAL-ONLY: db_password=hunter2"
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that keeps the test's output free of its access log."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class HookReceiver:
+    """An HTTP server on a free port of 127.0.0.1 that a webhook test's receiver stands on: `serve`
+    starts it with the receiver's handler; `close`, or the end of a `with`, stops it."""
+
+    def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hooks/desk"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def closed_port() -> int:
@@ -15,6 +47,16 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@contextmanager
+def closing_all(listeners: dict[str, Listener]) -> Iterator[dict[str, Listener]]:
+    """The listeners of a test, each closed when it ends."""
+    try:
+        yield listeners
+    finally:
+        for each in listeners.values():
+            each.close()
 
 
 class Listener:

@@ -129,65 +129,19 @@ def test_create_user_and_create_token(app, cli):
     assert response.status_code == 201
 
 
+def create_user(email: str, role: str = "agent", tenant: str = "acme", password: str = "long-enough") -> list[str]:
+    """The arguments of `flask create-user` for one person."""
+    return ["create-user", email, "--role", role, "--tenant", tenant, "--password", password]
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (
-            [
-                "create-user",
-                "x@example.com",
-                "--role",
-                "wizard",
-                "--tenant",
-                "acme",
-                "--password",
-                "long-enough",
-            ],
-            "'wizard' is not one of",
-        ),
-        (
-            [
-                "create-user",
-                "agent@acme.test",
-                "--role",
-                "agent",
-                "--tenant",
-                "acme",
-                "--password",
-                "long-enough",
-            ],
-            "already exists",
-        ),
-        (
-            [
-                "create-user",
-                "not-an-email",
-                "--role",
-                "agent",
-                "--tenant",
-                "acme",
-                "--password",
-                "long-enough",
-            ],
-            "is not an email address",
-        ),
-        (
-            [
-                "create-user",
-                "y@example.com",
-                "--role",
-                "agent",
-                "--tenant",
-                "Bad Slug",
-                "--password",
-                "long-enough",
-            ],
-            "tenant slug",
-        ),
-        (
-            ["create-user", "y@example.com", "--role", "agent", "--tenant", "acme", "--password", "short"],
-            "at least 8 characters",
-        ),
+        (create_user("x@example.com", role="wizard"), "'wizard' is not one of"),
+        (create_user("agent@acme.test"), "already exists"),
+        (create_user("not-an-email"), "is not an email address"),
+        (create_user("y@example.com", tenant="Bad Slug"), "tenant slug"),
+        (create_user("y@example.com", password="short"), "at least 8 characters"),
         (["create-token", "nobody@example.com"], "No active user nobody@example.com"),
     ],
 )

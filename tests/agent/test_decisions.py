@@ -37,6 +37,12 @@ def asked(model, new_loop, *blocks):
     return loop
 
 
+def reviewer_decides(session, call, approve: bool, **given):
+    """The reviewer's decision on the call, about the arguments it holds now (`given`: an edit, a reason...)."""
+    reviewer = person(session, "reviewer@acme.test")
+    return decide(session, call, reviewer, approve=approve, arguments_seen=arguments_hash(call.input), **given)
+
+
 def results_sent(loop) -> list[dict]:
     return [m for m in api_messages(loop.rows()) if m["role"] == "user"][-1]["content"]
 
@@ -83,17 +89,8 @@ def test_a_round_of_three_answers_once_in_order_after_the_decisions(session, new
 def test_an_edited_approval_runs_with_the_new_arguments_and_the_model_is_told(session, new_loop, model):
     loop = asked(model, new_loop, tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 12900, "reason": "x"}))
     (call,) = calls_of(session, loop)
-    reviewer = person(session, "reviewer@acme.test")
     edited = {"invoice_id": 4471, "amount_cents": 6500, "reason": "half, as agreed"}
-    decide(
-        session,
-        call,
-        reviewer,
-        approve=True,
-        arguments_seen=arguments_hash(call.input),
-        edited_input=edited,
-        tools=demo_registry(),
-    )
+    reviewer_decides(session, call, approve=True, edited_input=edited, tools=demo_registry())
     assert call.input == edited and call.original_input["amount_cents"] == 12900
     resume(loop)
     assert session.scalar(select(Refund.amount_cents)) == 6500
@@ -107,14 +104,8 @@ def test_an_edit_that_breaks_the_tools_schema_is_refused(session, new_loop, mode
     loop = asked(model, new_loop, tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 12900, "reason": "x"}))
     (call,) = calls_of(session, loop)
     with pytest.raises(DecisionError) as refused:
-        decide(
-            session,
-            call,
-            person(session, "reviewer@acme.test"),
-            approve=True,
-            arguments_seen=arguments_hash(call.input),
-            edited_input={"invoice_id": 4471, "amount_cents": -5},
-            tools=demo_registry(),
+        reviewer_decides(
+            session, call, approve=True, edited_input={"invoice_id": 4471, "amount_cents": -5}, tools=demo_registry()
         )
     assert refused.value.code == "invalid_input" and "amount_cents" in refused.value.message
     assert call.status == "awaiting_approval" and call.input["amount_cents"] == 12900
@@ -123,14 +114,7 @@ def test_an_edit_that_breaks_the_tools_schema_is_refused(session, new_loop, mode
 def test_a_rejection_reaches_the_model_as_a_declined_error_with_the_reason(session, new_loop, model):
     loop = asked(model, new_loop, tool_use("send_email", {"customer_id": 4471, "subject": "s", "body": "b"}))
     (call,) = calls_of(session, loop)
-    decide(
-        session,
-        call,
-        person(session, "reviewer@acme.test"),
-        approve=False,
-        arguments_seen=arguments_hash(call.input),
-        reason="We call customers instead",
-    )
+    reviewer_decides(session, call, approve=False, reason="We call customers instead")
     resume(loop)
     result = results_sent(loop)[0]
     assert result["is_error"] is True
@@ -192,9 +176,7 @@ def test_a_changed_policy_applies_to_new_calls_and_its_version_is_recorded(sessi
     (call,) = calls_of(session, loop)
     assert call.status == "awaiting_approval" and call.policy["version"] == 1
     assert "within 1 hours" in call.policy["rule"]
-    decide(
-        session, call, person(session, "reviewer@acme.test"), approve=True, arguments_seen=arguments_hash(call.input)
-    )
+    reviewer_decides(session, call, approve=True)
     assert session.scalar(select(Decision.policy_version)) == 1
     assert policy_for(session, agent.tenant_id, tools.get("issue_refund")).version == 1
 

@@ -40,14 +40,19 @@ def _modules():
             yield path, ast.parse(path.read_text(), str(path))
 
 
-def test_only_the_gate_compares_a_calls_amount_with_a_threshold_a_ceiling_or_a_limit():
-    found = [
+def _places(found, outside) -> list[str]:
+    """Where in webapp (outside the module `outside`) a node is that `found` picks out: "path:line"."""
+    return [
         f"{path.relative_to(ROOT)}:{node.lineno}"
         for path, tree in _modules()
-        if path != GATE
+        if path != outside
         for node in ast.walk(tree)
-        if isinstance(node, ast.Compare) and _weighs(node)
+        if found(node)
     ]
+
+
+def test_only_the_gate_compares_a_calls_amount_with_a_threshold_a_ceiling_or_a_limit():
+    found = _places(lambda node: isinstance(node, ast.Compare) and _weighs(node), outside=GATE)
     assert found == []
 
 
@@ -57,13 +62,10 @@ def test_the_check_finds_a_comparison_written_anywhere_else():
 
 
 def test_only_the_policy_store_writes_a_tools_policy():
-    writers = [
-        f"{path.relative_to(ROOT)}:{node.lineno}"
-        for path, tree in _modules()
-        if path != POLICY_STORE
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ToolPolicy"
-    ]
+    writers = _places(
+        lambda node: isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ToolPolicy",
+        outside=POLICY_STORE,
+    )
     assert writers == []
 
 

@@ -32,6 +32,18 @@ def reviewer(session, email="reviewer@acme.test") -> User:
     return session.scalar(select(User).where(User.email == email))
 
 
+def waiting_refund(session, new_loop, model):
+    """A conversation whose one call, a $60 refund, waits for a reviewer: its loop and the call."""
+    model.enqueue(
+        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "x"})))
+    )
+    loop = new_loop()
+    loop.ask_later("refund")
+    loop.complete()
+    (call,) = calls_of(session, loop)
+    return loop, call
+
+
 def test_ask_later_stages_a_user_message_without_calling_the_model(new_loop, model):
     loop = new_loop()
     loop.ask_later("Show invoices for customer 4471")
@@ -166,36 +178,17 @@ def test_sensitive_calls_wait_for_a_decision_and_safe_ones_of_the_round_run_at_o
 
 
 def test_a_decision_is_taken_once_and_the_second_hears_who_decided_and_when(session, new_loop, model):
-    model.enqueue(
-        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "x"})))
-    )
-    loop = new_loop()
-    loop.ask_later("refund")
-    loop.complete()
-    (call,) = calls_of(session, loop)
+    loop, call = waiting_refund(session, new_loop, model)
     seen = arguments_hash(call.input)
     decide(session, call, reviewer(session), approve=True, arguments_seen=seen)
     with pytest.raises(DecisionError) as second:
-        decide(
-            session,
-            call,
-            reviewer(session, "reviewer2@acme.test"),
-            approve=False,
-            arguments_seen=seen,
-            reason="no",
-        )
+        decide(session, call, reviewer(session, "reviewer2@acme.test"), approve=False, arguments_seen=seen, reason="no")
     assert second.value.code == "already_decided"
     assert "reviewer@acme.test" in second.value.message and "UTC" in second.value.message
 
 
 def test_decisions_are_refused_to_the_asker_for_stale_arguments_and_without_a_reason(session, new_loop, model):
-    model.enqueue(
-        Reply.message(reply(tool_use("issue_refund", {"invoice_id": 4471, "amount_cents": 6000, "reason": "x"})))
-    )
-    loop = new_loop()
-    loop.ask_later("refund")
-    loop.complete()
-    (call,) = calls_of(session, loop)
+    loop, call = waiting_refund(session, new_loop, model)
     asker = session.get(User, loop.conversation.user_id)
     asker.roles = ["agent", "reviewer"]
     cases = [

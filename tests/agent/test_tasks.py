@@ -135,12 +135,17 @@ def test_a_task_completes_after_three_polls_and_its_result_goes_to_the_model(ses
     assert len(model.requests) == 2 and model.invalid_requests == []
 
 
-def test_a_failed_task_is_an_error_result(session, new_loop, model, tools):
+def ended_countdown(session, new_loop, model, tools, polls: int, ends: str):
+    """A countdown task that ends as `ends` after `polls` polls, driven until its conversation completed."""
     loop = start(
-        session, new_loop, model, tools, tool_use("countdown", {"polls": 2, "poll_seconds": 0.05, "ends": "failed"})
+        session, new_loop, model, tools, tool_use("countdown", {"polls": polls, "poll_seconds": 0.05, "ends": ends})
     )
     assert drive(session, loop) == "completed"
-    call = call_named(session, loop, "countdown")
+    return loop, call_named(session, loop, "countdown")
+
+
+def test_a_failed_task_is_an_error_result(session, new_loop, model, tools):
+    loop, call = ended_countdown(session, new_loop, model, tools, polls=2, ends="failed")
     assert call.status == "failed" and call.is_error
     assert call.result == "The countdown broke after 2 polls."
     block = results_message(loop)["content"][0]
@@ -149,11 +154,7 @@ def test_a_failed_task_is_an_error_result(session, new_loop, model, tools):
 
 
 def test_a_task_its_tool_cancels_gives_the_model_the_notice(session, new_loop, model, tools):
-    loop = start(
-        session, new_loop, model, tools, tool_use("countdown", {"polls": 1, "poll_seconds": 0.05, "ends": "cancelled"})
-    )
-    assert drive(session, loop) == "completed"
-    call = call_named(session, loop, "countdown")
+    _, call = ended_countdown(session, new_loop, model, tools, polls=1, ends="cancelled")
     assert call.status == "cancelled" and call.is_error
     assert call.result == "Cancelled: The countdown was withdrawn by its owner."
     assert model.invalid_requests == []

@@ -45,6 +45,15 @@ from webapp.runtime.services import services
 
 # Per operation and generation mode; CONTRACT_EXAMPLES=500 for a longer search on a quiet machine.
 EXAMPLES = int(os.environ.get("CONTRACT_EXAMPLES", "30"))
+# How every search here runs: the same examples each run (no database of past failures), no deadline
+# on a slow request, and no health check stopping a search whose requests the app answers slowly.
+SEARCH = {
+    "deadline": None,
+    "derandomize": True,
+    "database": None,
+    "phases": [Phase.explicit, Phase.generate],
+    "suppress_health_check": list(HealthCheck),
+}
 ROLE_USERS = {
     "agent": "agent@acme.test",
     "reviewer": "reviewer@acme.test",
@@ -128,14 +137,7 @@ def run_mode(desk, mode: GenerationMode) -> Run:
             run.failures[(name, f"no {mode.value} cases: {exc}")] = ""
             continue
 
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            derandomize=True,
-            database=None,
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        )
+        @settings(max_examples=EXAMPLES, **SEARCH)
         @given(case=strategy, role=st.sampled_from(roles), seeded=st.booleans(), data=st.data())
         def send(case, role, seeded, data):
             if seeded and not _path_is_broken(case):
@@ -254,14 +256,7 @@ def test_odd_values_in_any_field_of_a_generated_body_are_never_a_server_error(de
         allowed = app.view_functions[f"api.{operation.definition.raw['operationId']}"].allowed_roles
         role = sorted(set(tokens) & set(allowed if allowed != "public" else tokens))[0]
 
-        @settings(
-            max_examples=ODD_EXAMPLES,
-            deadline=None,
-            derandomize=True,
-            database=None,
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        )
+        @settings(max_examples=ODD_EXAMPLES, **SEARCH)
         @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE), data=st.data())
         def send(case, data):
             for parameter, ids in known.items():  # noqa: B023 (run at once)

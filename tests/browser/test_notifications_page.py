@@ -13,9 +13,8 @@ from tests.notify.test_notifications import Receiver
 
 @pytest.fixture
 def hook():
-    receiver = Receiver()
-    yield receiver
-    receiver.close()
+    with Receiver() as receiver:
+        yield receiver
 
 
 @pytest.fixture

@@ -27,10 +27,8 @@ GENERATOR = ROOT / ".venv" / "bin" / "openapi-python-client"
 
 @pytest.fixture
 def receiver():
-    made = Receiver()
-    yield made
-    made.server.shutdown()
-    made.server.server_close()
+    with Receiver() as made:
+        yield made
 
 
 def generate_client(document: dict, where: Path):

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from tests.accounts.people import last_event
 from tests.clients import sign_in
 from tests.conftest import desk_app, pushed
-from tests.listeners import SECRET, Listener, closed_port
+from tests.listeners import SECRET, Listener, closing_all
 from webapp.models import McpServer, Tenant
 from webapp.runtime.extensions import db
 
@@ -32,14 +32,8 @@ def listeners():
     }
     made["redirecting"] = Listener("http", status=302, location=made["target"].url("/mcp"))
     made["missing"] = Listener("http", status=404)
-    yield made
-    for each in made.values():
-        each.close()
-
-
-@pytest.fixture
-def closed() -> int:
-    return closed_port()
+    with closing_all(made):
+        yield made
 
 
 @pytest.fixture

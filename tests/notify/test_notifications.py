@@ -15,7 +15,6 @@ from datetime import timedelta
 from email import message_from_bytes
 from email.policy import default as email_policy
 from html import unescape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -27,6 +26,7 @@ from tests.accounts.people import last_event
 from tests.approvals.test_inbox import refund, waiting_calls
 from tests.clients import session_as, sign_in
 from tests.conftest import desk_app, free_port, pushed, wait_until
+from tests.listeners import HookReceiver, QuietHandler
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
 from webapp.agent import sweeper
@@ -40,7 +40,7 @@ PUBLIC_URL = "https://desk.example.test"
 ANSWERED_503 = "The webhook answered HTTP 503 (its receiver's own log says why)."
 
 
-class Receiver:
+class Receiver(HookReceiver):
     """A webhook receiver on a local port: it keeps every request, says whether its signature is
     right for `secret`, and answers 503 to the first `fail_first` requests."""
 
@@ -50,7 +50,7 @@ class Receiver:
         self.requests: list[dict] = []
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 timestamp = self.headers.get("X-Desk-Timestamp", "")
@@ -77,17 +77,7 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(b"busy, try later" if failing else b"ok")
 
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/hooks/desk"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 class Mailbox:

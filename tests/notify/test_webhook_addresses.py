@@ -15,7 +15,7 @@ from sqlalchemy import select
 from tests.accounts.people import last_event
 from tests.clients import sign_in
 from tests.conftest import desk_app, pushed
-from tests.listeners import SECRET, Listener, closed_port
+from tests.listeners import SECRET, Listener, closing_all
 from tests.notify.test_notifications import Receiver, deliveries, words
 from webapp.models import NotificationChannel
 from webapp.runtime.extensions import db
@@ -34,22 +34,15 @@ def listeners():
         "garbage": Listener("garbage"),
     }
     made["redirecting"] = Listener("http", status=302, location=made["target"].url("/inside"))
-    yield made
-    for each in made.values():
-        each.close()
-
-
-@pytest.fixture
-def closed() -> int:
-    return closed_port()
+    with closing_all(made):
+        yield made
 
 
 @pytest.fixture
 def outsider():
     """A receiver on a port OUTBOUND_ALLOW does not name."""
-    receiver = Receiver()
-    yield receiver
-    receiver.close()
+    with Receiver() as receiver:
+        yield receiver
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from html import unescape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from pydantic import ValidationError
@@ -19,6 +17,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from tests.approvals.test_inbox import refund, waiting_calls
 from tests.clients import sign_in
 from tests.conftest import desk_app, pushed, wait_until
+from tests.listeners import HookReceiver, QuietHandler
 from tests.model_server import Reply
 from tests.notify.test_notifications import make_due
 from tests.replies import reply, text
@@ -33,7 +32,7 @@ from webapp.webhooks import EVENT_TYPES
 ADMIN, REVIEWER, AGENT = "admin@acme.test", "reviewer@acme.test", "agent@acme.test"
 
 
-class Receiver:
+class Receiver(HookReceiver):
     """A receiver on a local port that verifies each request as an integrator's would (its signature
     with `standardwebhooks`, its body against the API document's schema of its type), keeps it, and
     answers 503 to the first `fail_first`."""
@@ -44,7 +43,7 @@ class Receiver:
         self.received: list[dict] = []
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
                 headers = {name: value for name, value in self.headers.items()}
@@ -62,13 +61,7 @@ class Receiver:
                 self.send_response(503 if failing else 204)
                 self.end_headers()
 
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/hooks/desk"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.serve(Handler)
 
     def types(self) -> list[str]:
         return [request["body"]["type"] for request in self.received]
@@ -76,10 +69,8 @@ class Receiver:
 
 @pytest.fixture
 def receiver():
-    made = Receiver()
-    yield made
-    made.server.shutdown()
-    made.server.server_close()
+    with Receiver() as made:
+        yield made
 
 
 @pytest.fixture

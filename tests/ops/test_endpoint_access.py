@@ -20,7 +20,7 @@ from tests.model_server import ModelServer
 from webapp.llm import endpoints, keys
 from webapp.llm.choice import choice_for
 from webapp.llm.client import ModelError
-from webapp.models import AuditEvent, EndpointGrant, ModelEndpoint, Tenant
+from webapp.models import EndpointGrant, ModelEndpoint, Tenant
 
 ADMIN, OPERATOR = "admin@acme.test", "operator@desk.test"
 REVISION = "0019_endpoint_tenants"
@@ -31,18 +31,6 @@ def env(env) -> dict[str, str]:
     """The private addresses these endpoints are registered at: OUTBOUND_ALLOW names them (the guard has
     its own tests, tests/llm/test_endpoint_addresses.py; here local model servers start mid-test)."""
     return {**env, "OUTBOUND_ALLOW": "10.0.0.9:8080,127.0.0.1:*"}
-
-
-@pytest.fixture
-def events(read):
-    """events(action): this test's audit events of that action (the audit log outlives a test)."""
-    start = read(lambda s: s.scalar(select(func.max(AuditEvent.id)))) or 0
-
-    def of(action: str) -> list[AuditEvent]:
-        query = select(AuditEvent).where(AuditEvent.action == action, AuditEvent.id > start).order_by(AuditEvent.id)
-        return read(lambda s: list(s.scalars(query)))
-
-    return of
 
 
 def add(cli, name: str, *tenants: str, base_url: str = "http://10.0.0.9:8080", key: str = "sk-operators-key"):

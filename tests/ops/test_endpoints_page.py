@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from tests.clients import sign_in
 from webapp.llm import keys
-from webapp.models import AuditEvent, ModelEndpoint, Tenant
+from webapp.models import ModelEndpoint, Tenant
 
 OPERATOR = "operator@desk.test"
 SECRET = "sk-page-secret-4471"
@@ -36,18 +36,6 @@ def env(env) -> dict[str, str]:
 @pytest.fixture
 def operator(app):
     return sign_in(app, OPERATOR)
-
-
-@pytest.fixture
-def events(read):
-    """events(action): this test's audit events of that action (the audit log outlives a test)."""
-    start = read(lambda s: s.scalar(select(func.max(AuditEvent.id)))) or 0
-
-    def of(action: str) -> list[AuditEvent]:
-        query = select(AuditEvent).where(AuditEvent.action == action, AuditEvent.id > start).order_by(AuditEvent.id)
-        return read(lambda s: list(s.scalars(query)))
-
-    return of
 
 
 def test_an_operator_registers_an_endpoint_whose_key_is_never_shown_back(app, operator, read, events):
