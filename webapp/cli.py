@@ -15,14 +15,16 @@ from webapp.ops import cli as ops
 from webapp.runs import cli as runs
 from webapp.runtime import cli as runtime
 from webapp.runtime.extensions import db
+from webapp.settings import cli as settings
 
 
 def register(app: Flask) -> None:
-    accounts.register(app)  # create-user, create-operator, create-token, revoke-token, tenant, policy-change, mcp
+    accounts.register(app)  # create-user, create-operator, create-token, revoke-token, role-change
     audit.register(app)  # audit verify, audit anchor
     ops.register(app)  # endpoint, ceiling, secret
     runs.register(app)  # run-batch
     runtime.register(app)  # worker, desk scheduler, desk redis, sweep
+    settings.register(app)  # tenant set-model, policy-change, mcp
     _register_demo(app)  # seed-demo, outbox, audit generate
 
 

@@ -12,7 +12,6 @@ from werkzeug.exceptions import HTTPException
 
 from webapp import secret_grants, webhooks
 from webapp.accounts import actions as accounts
-from webapp.accounts import external_tools, policy_actions, webhook_actions
 from webapp.agent import outside
 from webapp.agent import policies as policy_rules
 from webapp.agent.decisions import approvals_so_far, held_words
@@ -97,6 +96,7 @@ from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall, Use
 from webapp.runs import actions as runs
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.settings import external_tools, policy_actions, webhook_actions
 from webapp.tools import external
 from webapp.web.errors import Refused, json_error
 from webapp.web.pagination import BadCursor, Page
