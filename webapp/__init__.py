@@ -84,8 +84,7 @@ def create_app(config: Config | None = None) -> Flask:
 def _register_features(app: Flask) -> None:
     """Each feature package's blueprints, the navigation across them, and the command line."""
     from webapp import cli
-    from webapp.accounts import assistant, mcp_servers, policies, sign_in, tokens, users
-    from webapp.accounts import notifications as notification_settings
+    from webapp.accounts import sign_in, tokens, users
     from webapp.api import routes as api
     from webapp.approvals import pages as approvals
     from webapp.audit import pages as audit
@@ -94,11 +93,13 @@ def _register_features(app: Flask) -> None:
     from webapp.home import navigation
     from webapp.home import pages as home
     from webapp.ops import endpoints as endpoint_pages
-    from webapp.ops import health, metrics, policy_changes
+    from webapp.ops import health, metrics
     from webapp.ops import mcp_servers as mcp_server_pages
     from webapp.ops import pages as ops
     from webapp.ops import secrets as secret_pages
     from webapp.runs import pages as runs
+    from webapp.settings import assistant, mcp_servers, policies, policy_changes
+    from webapp.settings import notifications as notification_settings
     from webapp.web import security
 
     app.register_blueprint(api.bp)

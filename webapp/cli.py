@@ -19,15 +19,17 @@ from webapp.audit import cli as audit
 from webapp.ops import cli as ops
 from webapp.runs import cli as runs
 from webapp.runtime import cli as runtime
+from webapp.settings import cli as settings
 
 
 def register(app: Flask, pack_entries: Iterable[str] = ()) -> None:
     """Every feature's commands, then those of the packs named by `pack_entries` (EXTRA_TOOLS entries)."""
-    accounts.register(app)  # create-user, create-operator, create-token, revoke-token, tenant, policy-change, mcp
+    accounts.register(app)  # create-user, create-operator, create-token, revoke-token, role-change
     audit.register(app)  # audit verify, audit anchor
     ops.register(app)  # endpoint, ceiling, secret
     runs.register(app)  # run-batch
     runtime.register(app)  # worker, desk scheduler, desk redis, sweep
+    settings.register(app)  # tenant set-model, policy-change, mcp
     _register_packs(app, pack_entries)  # the billing demo's: seed-demo, outbox, audit generate
 
 

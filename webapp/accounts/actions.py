@@ -1,34 +1,19 @@
 """What people do with accounts that the pages, the API and the command line share: API tokens
 (issue, list, revoke), unlocking an account that failed sign-ins locked, disabling a person, making a
 person, their roles and password with the admin role held for four eyes (role changes: asked,
-approved or rejected by a second admin, withdrawn), the tenant's notification channels, and the
-model endpoints that serve the tenant. Each checks who may do it, audits, and commits."""
+approved or rejected by a second admin, withdrawn). Each checks who may do it, audits, and commits."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
-from urllib.parse import urlsplit
 
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webapp import audit_chain, identity, notify, outbound
+from webapp import audit_chain, identity
 from webapp.accounts import four_eyes
-from webapp.config import Config
 from webapp.conversations import actions as conversation_actions
-from webapp.llm import endpoints, errors, grants
-from webapp.models import (
-    MAX_ROW_ID,
-    ROLES,
-    ApiToken,
-    NotificationChannel,
-    NotificationDelivery,
-    RoleChange,
-    Tenant,
-    User,
-    utcnow,
-)
+from webapp.models import MAX_ROW_ID, ROLES, ApiToken, RoleChange, User, utcnow
 from webapp.web.errors import Refused
 
 NO_SUCH_TOKEN = "There is no such API token among yours (admins: among your organisation's)."
@@ -414,191 +399,3 @@ def _roles_changed(
         actor_label=None if actor else (actor_label or "command line"),
         data=data,
     )
-
-
-# --- notification channels (the admin page /admin/notifications) -------------------------------
-
-
-def _channel_data(channel: NotificationChannel) -> dict:
-    """What the audit log keeps of a channel: the webhook's host (its address may carry a token), the
-    e-mail addresses; never the secret."""
-    if channel.kind == "webhook":
-        return {"channel_id": channel.id, "kind": "webhook", "host": urlsplit(channel.url or "").hostname}
-    return {"channel_id": channel.id, "kind": "email", "recipients": list(channel.recipients or [])}
-
-
-def _saved(session: Session, actor: User, channel: NotificationChannel, action: str) -> None:
-    try:
-        session.flush()
-        audit_chain.record(session, action, tenant_id=actor.tenant_id, actor=actor, data=_channel_data(channel))
-        session.commit()
-    except IntegrityError:  # another admin made this channel a moment ago
-        session.rollback()
-        raise notify.ChannelError(
-            "Another admin has just set this channel up; reload the page and try again."
-        ) from None
-
-
-def audit_refused_address(
-    session: Session, error: Exception, purpose: str, tenant_id: int | None, actor: User | None, actor_label=None
-) -> None:
-    """An address refused by the outbound guard (behind `error`) is audited and committed, the rest
-    of the attempt rolled back; an error of any other kind is left alone. `purpose`: what the
-    address was for ("webhook", "mcp server", "model endpoint")."""
-    refusal = outbound.refusal_behind(error)
-    if refusal is None:
-        return
-    session.rollback()
-    audit_chain.record(
-        session,
-        "outbound_refused",
-        tenant_id=tenant_id,
-        actor=actor,
-        actor_label=actor_label,
-        outcome="refused",
-        data={"for": purpose, **refusal.audit_data()},
-    )
-    session.commit()
-
-
-def save_webhook(session: Session, config: Config, actor: User, url: str) -> tuple[NotificationChannel, str | None]:
-    """Set the tenant's webhook address; a new webhook gets a signing secret, returned this once
-    (None when only the address changed). ChannelError says what is wrong with the address; a
-    refused address is audited."""
-    try:
-        url = notify.webhook_url(url, config.outbound_allow)
-    except notify.ChannelError as exc:
-        audit_refused_address(session, exc, "webhook", actor.tenant_id, actor)
-        raise
-    channel = notify.channels(session, actor.tenant_id).get("webhook")
-    secret = None
-    if channel is None:
-        secret = notify.new_secret()
-        channel = NotificationChannel(
-            tenant_id=actor.tenant_id, kind="webhook", secret_sealed=notify.seal_secret(config, secret)
-        )
-        channel.created_by_id = actor.id
-        session.add(channel)
-    channel.url, channel.updated_at = url, utcnow()
-    _saved(session, actor, channel, "notification_channel_saved")
-    return channel, secret
-
-
-def rotate_webhook_secret(session: Session, config: Config, actor: User) -> str:
-    """A new signing secret for the tenant's webhook, returned this once; the old one stops at once."""
-    channel = notify.channels(session, actor.tenant_id).get("webhook")
-    if channel is None:
-        raise Refused(404, "not_found", "There is no webhook to rotate the secret of; set one up first.")
-    secret = notify.new_secret()
-    channel.secret_sealed, channel.updated_at = notify.seal_secret(config, secret), utcnow()
-    _saved(session, actor, channel, "notification_secret_rotated")
-    return secret
-
-
-def save_email(session: Session, actor: User, addresses: str) -> NotificationChannel:
-    """Set the addresses the tenant's reminders are e-mailed to. ChannelError names a bad one."""
-    found = notify.recipients(addresses)
-    channel = notify.channels(session, actor.tenant_id).get("email")
-    if channel is None:
-        channel = NotificationChannel(tenant_id=actor.tenant_id, kind="email", created_by_id=actor.id)
-        session.add(channel)
-    channel.recipients, channel.updated_at = found, utcnow()
-    _saved(session, actor, channel, "notification_channel_saved")
-    return channel
-
-
-def remove_channel(session: Session, actor: User, kind: str) -> bool:
-    """Stop notifying through this channel; its deliveries stay in the log. False if there was none."""
-    channel = notify.channels(session, actor.tenant_id).get(kind)
-    if channel is None:
-        return False
-    session.execute(
-        update(NotificationDelivery).where(NotificationDelivery.channel_id == channel.id).values(channel_id=None)
-    )
-    data = _channel_data(channel)
-    session.delete(channel)
-    audit_chain.record(session, "notification_channel_removed", tenant_id=actor.tenant_id, actor=actor, data=data)
-    session.commit()
-    return True
-
-
-def send_test(session: Session, config: Config, actor: User, kind: str) -> NotificationDelivery:
-    """Send a test message through the channel now and log it; the delivery says how it went."""
-    channel = notify.channels(session, actor.tenant_id).get(kind)
-    if channel is None:
-        raise Refused(404, "not_found", "There is no such channel to test; set it up first.")
-    outcome = notify.send(session, config, channel, notify.test_notice(config, actor.tenant))
-    row = notify.record(session, channel, None, "test", outcome, 1)
-    session.commit()
-    return row
-
-
-def set_tenant_models(
-    session: Session,
-    tenant_slug: str,
-    endpoint_name: str | None,
-    small_endpoint_name: str | None | object = grants.KEEP,
-    *,
-    allow: bool = False,
-    actor: User | None = None,
-    actor_label: str | None = None,
-) -> TenantModels:
-    """Serve the tenant from an endpoint (None: the desk's default model), with a small endpoint that
-    routes simple questions to itself (None: no routing; grants.KEEP: as it is). A tenant's admin
-    may name only endpoints their tenant may use: any other is refused (EndpointNotAllowed) and the
-    refused attempt audited on the tenant's chain in a transaction of its own. `allow` is for
-    operators: an endpoint named is allowed for the tenant if it was not (audited as such). Audited
-    and committed; an EndpointError (nothing changed) says what to fix."""
-    try:
-        tenant, allowed = grants.set_tenant_endpoint(
-            session, tenant_slug, endpoint_name, small_endpoint_name, allow=allow
-        )
-    except errors.EndpointNotAllowed as refused:
-        session.rollback()  # nothing of the attempt stays; only its record
-        audit_chain.record(
-            session,
-            "tenant_model_refused",
-            tenant_id=refused.tenant_id,
-            actor=actor,
-            actor_label=actor_label,
-            outcome="refused",
-            data={
-                "endpoint": _as_typed(endpoint_name) or "default",
-                "small_endpoint": None if small_endpoint_name is grants.KEEP else _as_typed(small_endpoint_name),
-                "refused": str(refused),
-            },
-        )
-        session.commit()
-        raise
-    except endpoints.EndpointError:
-        session.rollback()
-        raise
-    for endpoint in allowed:
-        change = grants.AccessChange(endpoint, allowed=[tenant.slug])
-        grants.record_access_change(session, change, actor=actor, actor_label=actor_label)
-    name, small_name = endpoints.endpoint_names(session, tenant)
-    audit_chain.record(
-        session,
-        "tenant_model_set",
-        tenant_id=tenant.id,
-        actor=actor,
-        actor_label=actor_label,
-        data={"endpoint": name, "small_endpoint": small_name},
-    )
-    session.commit()
-    return TenantModels(tenant, name, small_name, [endpoint.name for endpoint in allowed])
-
-
-class TenantModels(NamedTuple):
-    """A tenant's models after a change: its endpoint's name ("default": the configured model), its
-    small endpoint's (None: no routing), and the endpoints the change allowed for it."""
-
-    tenant: Tenant
-    endpoint: str
-    small_endpoint: str | None
-    allowed: list[str]
-
-
-def _as_typed(name: object) -> str | None:
-    """A name as a person gave it, cut to what the audit log keeps of it."""
-    return None if name is None else str(name)[:120]

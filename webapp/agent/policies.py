@@ -395,7 +395,7 @@ def save_policy(
     session: Session, tenant_id: int, tool: Tool, *, by_user_id: int | None, **values
 ) -> tuple[Policy, Policy]:
     """Store a new version of the tool's policy at once, loosening or not (the four-eyes rule is the
-    caller's: webapp/accounts/policy_actions.py); returns (before, after). PolicyError on bad values."""
+    caller's: webapp/settings/policy_actions.py); returns (before, after). PolicyError on bad values."""
     before, after = proposed_policy(session, tenant_id, tool, **values)
     return before, apply_policy(session, tenant_id, after, by_user_id)
 

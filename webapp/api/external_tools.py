@@ -9,12 +9,12 @@ from typing import Annotated, Any, Literal
 from flask import g
 from pydantic import BaseModel, Field
 
-from webapp.accounts import external_tools
 from webapp.agent import policies as policy_rules
 from webapp.api.base import answer, bp, documented, refused_with_fields
 from webapp.api.bodies import RequestBody, Rule, Timestamp, body, required_text
 from webapp.api.policies import PolicyChangeView, PolicyView, SetPolicy, pending_changes, policy_refused, policy_values
 from webapp.runtime.extensions import db
+from webapp.settings import external_tools
 from webapp.tools import external
 from webapp.web.security import api_roles
 

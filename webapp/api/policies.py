@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 from flask import g
 from pydantic import BaseModel, Field
 
-from webapp.accounts import policy_actions
 from webapp.agent import policies as policy_rules
 from webapp.api.base import answer, bp, documented, refused_with_fields, tenant_tools
 from webapp.api.bodies import (
@@ -27,6 +26,7 @@ from webapp.api.bodies import (
     query,
 )
 from webapp.runtime.extensions import db
+from webapp.settings import policy_actions
 from webapp.web.errors import Refused
 from webapp.web.security import api_roles
 

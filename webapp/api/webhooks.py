@@ -12,7 +12,6 @@ from pydantic import BaseModel, Field, Strict
 from sqlalchemy import select
 
 from webapp import webhooks
-from webapp.accounts import webhook_actions
 from webapp.api.base import a_page, answer, bp, documented
 from webapp.api.bodies import (
     NO_NUL,
@@ -29,6 +28,7 @@ from webapp.api.bodies import (
 )
 from webapp.models import User, WebhookDelivery, WebhookSubscription
 from webapp.runtime.extensions import db
+from webapp.settings import webhook_actions
 from webapp.web.security import api_roles
 from webapp.webhooks import EVENT_TYPES
 

@@ -1,6 +1,6 @@
 """What outside agents do through the API (webapp/agent/outside.py has the calls' domain): ask about a
 call, wait for its decision, report what it did, give it up. Declaring their tools is the admins'
-(webapp/accounts/external_tools.py)."""
+(webapp/settings/external_tools.py)."""
 
 from __future__ import annotations
 

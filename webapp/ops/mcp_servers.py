@@ -2,7 +2,7 @@
 the names of their headers and variables, never a value), a form that adds a server the desk starts
 (a command, its NAME=value variables, a working directory) for a chosen tenant, and removing one.
 A command runs a program on the desk's host, so only operators add one: here or with `flask mcp add
---command`, with the same checks and messages (webapp/accounts/mcp_actions.py, audited on the
+--command`, with the same checks and messages (webapp/settings/mcp_actions.py, audited on the
 tenant's chain, a refused attempt too). A refused form keeps what was typed."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from flask_login import current_user
 from sqlalchemy import select
 
 from webapp import identity
-from webapp.accounts import mcp_actions
 from webapp.models import OPERATIONS_SLUG, OPERATOR, McpServer, Tenant
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.settings import mcp_actions
 from webapp.tools import mcp
 from webapp.tools.presenting import plural
 from webapp.web.security import roles_required

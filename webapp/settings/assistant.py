@@ -10,12 +10,11 @@ from __future__ import annotations
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 
-from webapp import audit_chain
-from webapp.accounts import actions
 from webapp.agent import assistant_settings
 from webapp.llm import choice, endpoints, errors, grants
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.settings import assistant_actions as actions
 from webapp.web.security import roles_required
 
 bp = Blueprint("assistant", __name__, url_prefix="/admin/assistant")
@@ -45,18 +44,10 @@ def save():
     try:
         if unknown:
             raise assistant_settings.SettingsError("", f"This form has no field {', '.join(unknown)}; reload the page.")
-        before, after = assistant_settings.save(db.session, admin.tenant_id, **typed, by_user_id=admin.id)
+        after = actions.save_settings(db.session, admin, **typed)
     except assistant_settings.SettingsError as exc:
         db.session.rollback()
         return _page(typed=typed, errors={exc.field: str(exc)}), 422
-    audit_chain.record(
-        db.session,
-        "assistant_settings_changed",
-        tenant_id=admin.tenant_id,
-        actor=admin,
-        data={"before": assistant_settings.snapshot(before), "after": assistant_settings.snapshot(after)},
-    )
-    db.session.commit()
     flash(f"Saved as version {after.version}: the assistant's next reply follows it.", "info")
     return redirect(url_for(".index"), code=303)
 
@@ -114,7 +105,7 @@ def _page(
         "small_endpoint": small.name if small else NONE,
     }
     return render_template(
-        "accounts/assistant.html",
+        "settings/assistant.html",
         shown=shown,
         errors=errors or {},
         now=now,

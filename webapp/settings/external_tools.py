@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.accounts import policy_actions
 from webapp.agent import gate, policies
 from webapp.models import ExternalTool, User
 from webapp.runtime.services import services
+from webapp.settings import policy_actions
 from webapp.tools import external
 from webapp.web.errors import Refused
 
@@ -90,7 +90,7 @@ def _refuse_a_reading_that_loosens(
             409,
             "loosens_alone",
             f"{' '.join(loosens)} That would let some {tool.name} calls run on other numbers with no second admin. "
-            f"Declare it again with the policy {{\"mode\": \"always\"}} (in force at once), then ask for the rule "
+            f'Declare it again with the policy {{"mode": "always"}} (in force at once), then ask for the rule '
             "you want: a looser rule waits for a second admin.",
         )
 

@@ -13,12 +13,13 @@ from flask_login import current_user
 from sqlalchemy import func, select
 
 from webapp import audit_chain
-from webapp.accounts import external_tools, four_eyes, policy_actions
+from webapp.accounts import four_eyes
 from webapp.agent import access as access_rules
 from webapp.agent import policies as policy_rules
 from webapp.models import ROLES, User
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.settings import external_tools, policy_actions
 from webapp.tools import external, mcp
 from webapp.web.errors import Refused
 from webapp.web.security import roles_required
@@ -216,7 +217,7 @@ def _policies_page(refusal: _Refusal | None = None, change_refusal: tuple | None
             }
         )
     return render_template(
-        "accounts/policies.html",
+        "settings/policies.html",
         rows=rows,
         refusal=refusal,
         pending=pending,

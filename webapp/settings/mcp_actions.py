@@ -19,11 +19,11 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.accounts import policy_actions
-from webapp.accounts.actions import audit_refused_address
 from webapp.agent import gate, policies
 from webapp.models import McpServer, McpTool, PolicyChange, ToolPolicy, User
 from webapp.runtime.services import services
+from webapp.settings import policy_actions
+from webapp.settings.outbound_refusals import audit_refused_address
 from webapp.tools import mcp
 from webapp.tools.mcp import McpError, SyncReport
 

@@ -13,9 +13,10 @@ from wtforms import SelectMultipleField, StringField, TextAreaField
 from wtforms.widgets import CheckboxInput, ListWidget
 
 from webapp import notify, webhooks
-from webapp.accounts import actions, webhook_actions
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.settings import notification_actions as actions
+from webapp.settings import webhook_actions
 from webapp.tools.presenting import plural
 from webapp.web.errors import Refused
 from webapp.web.pagination import BadCursor
@@ -148,7 +149,7 @@ def webhook_log(webhook_id: int):
     except BadCursor:
         return redirect(url_for(".webhook_log", webhook_id=webhook_id), code=303)
     return render_template(
-        "accounts/webhook_log.html", subscription=subscription, deliveries=page.rows, next_cursor=page.next_cursor
+        "settings/webhook_log.html", subscription=subscription, deliveries=page.rows, next_cursor=page.next_cursor
     )
 
 
@@ -186,7 +187,7 @@ def _page(
     failures = sum(1 for row in deliveries if row.status == "failed")
     config = services().config
     return render_template(
-        "accounts/notifications.html",
+        "settings/notifications.html",
         channels=channels,
         webhook=webhook,
         email=email,

@@ -12,9 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webapp import webhooks
-from webapp.accounts.actions import audit_refused_address
 from webapp.models import User, WebhookDelivery, WebhookSubscription
 from webapp.runtime.services import services
+from webapp.settings.outbound_refusals import audit_refused_address
 from webapp.web.errors import Refused
 from webapp.web.pagination import Page, keyset_page
 

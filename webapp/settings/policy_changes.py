@@ -12,9 +12,10 @@ from flask_login import current_user
 from sqlalchemy import select
 
 from webapp.accounts import actions as account_actions
-from webapp.accounts import four_eyes, policy_actions
+from webapp.accounts import four_eyes
 from webapp.models import OPERATOR, Tenant
 from webapp.runtime.extensions import db
+from webapp.settings import policy_actions
 from webapp.web.errors import Refused
 from webapp.web.security import roles_required
 
@@ -71,7 +72,7 @@ def _page(refusal: tuple | None = None, role_refusal: tuple | None = None) -> st
     tenant_ids = {change.tenant_id for change in [*pending, *roles]}
     tenants = dict(db.session.execute(select(Tenant.id, Tenant.name).where(Tenant.id.in_(tenant_ids))).all())
     return render_template(
-        "ops/policy_changes.html",
+        "settings/policy_changes.html",
         pending=pending,
         roles=roles,
         tenants=tenants,

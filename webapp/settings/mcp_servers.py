@@ -4,7 +4,7 @@ desk's operator granted to the tenant, which the form lists by name), syncing, r
 held because their server changed them: what changed, side by side, and Accept. Servers the desk
 starts are listed (an operator added them, on /ops/mcp or the command line) but never added here: a
 form that carries a command, or any field the form does not have, is refused in words and audited,
-and nothing starts. Every change goes through webapp/accounts/mcp_actions.py (audited); a refused
+and nothing starts. Every change goes through webapp/settings/mcp_actions.py (audited); a refused
 form keeps what was typed."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy import select
 
-from webapp.accounts import mcp_actions
 from webapp.models import McpServer
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.secrets import secret_grants
+from webapp.settings import mcp_actions
 from webapp.tools import mcp
 from webapp.tools.presenting import plural
 from webapp.web.security import roles_required
@@ -175,7 +175,7 @@ def _page(error: str | None = None, typed=None) -> str:
     registry = services().tools_for(db.session, tenant_id)
     secrets = sorted(secret_grants.granted(db.session, tenant_id))
     return render_template(
-        "accounts/mcp.html",
+        "settings/mcp.html",
         servers=servers,
         registry=registry,
         headers={server.id: mcp.header_words(server, granted=secrets) for server in servers},
