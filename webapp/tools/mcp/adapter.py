@@ -10,10 +10,10 @@ from webapp import audit_chain
 from webapp.models import McpTool
 from webapp.tools import presenting
 from webapp.tools.described import DescribedTool, money_in_cents
-from webapp.tools.mcp.base import ERROR_CHARS, McpError, SecretRefused, _Lost, _SecretRefusedAtCall, _Unreachable
+from webapp.tools.mcp.base import ERROR_CHARS, Lost, McpError, SecretRefused, Unreachable
 from webapp.tools.mcp.guard import hold_changed, read_only_and_destructive
-from webapp.tools.mcp.mapping import FACTS_SECONDS, _facts_of
-from webapp.tools.mcp.sessions import _listing, _plain, _run, fingerprint
+from webapp.tools.mcp.mapping import FACTS_SECONDS, facts_of
+from webapp.tools.mcp.sessions import fingerprint, list_all_tools, plain_tool, run_on_server
 from webapp.tools.mcp.transport import Access
 from webapp.tools.registry import (
     Fact,
@@ -28,6 +28,30 @@ if TYPE_CHECKING:  # the SDK is imported where a server is reached: it costs eve
     from mcp.client.client import Client
 
 
+def _record_at_call(context: ToolContext, action: str, **fields: Any) -> None:
+    """Audit what a call found before it sent anything (on the tenant's chain, as at call time)."""
+    audit_chain.record(
+        context.session,
+        action,
+        tenant_id=context.tenant_id,
+        actor_label="call time",
+        tool_call_id=context.tool_call_id,
+        **fields,
+    )
+
+
+class _SecretRefusedAtCall(ToolError):
+    """A call refused because its server's header names a secret not granted to the tenant: nothing
+    was sent, and the refusal is audited (`mcp_secret_refused`) though the call's writes are undone."""
+
+    def __init__(self, refused: SecretRefused) -> None:
+        super().__init__(str(refused))
+        self.refused = refused
+
+    def record(self, context: ToolContext) -> None:
+        _record_at_call(context, "mcp_secret_refused", data=self.refused.audit_data("call"))
+
+
 class _Changed(ToolError):
     """The server's listing no longer matches the accepted definition (found just before a call):
     nothing was sent, and the tool is held at once (no longer offered, its waiting calls not
@@ -39,15 +63,7 @@ class _Changed(ToolError):
 
     def record(self, context: ToolContext) -> None:
         if hold_changed(context.session, context.tenant_id, self.tool.name, self.listed):
-            audit_chain.record(
-                context.session,
-                "mcp_tool_held",
-                tenant_id=context.tenant_id,
-                actor_label="call time",
-                tool_call_id=context.tool_call_id,
-                tool_name=self.tool.name,
-                data={"server": self.tool.server},
-            )
+            _record_at_call(context, "mcp_tool_held", tool_name=self.tool.name, data={"server": self.tool.server})
 
 
 class McpRemoteTool(DescribedTool):
@@ -118,15 +134,15 @@ class McpRemoteTool(DescribedTool):
             result = companion.read(arguments)
         except (ToolError, McpError) as exc:
             return Review(records=(Record("facts", 0, title, (Fact("Not read", presenting.shorten(str(exc), 500)),)),))
-        return Review(records=(Record("facts", 0, title, tuple(_facts_of(result))),))
+        return Review(records=(Record("facts", 0, title, tuple(facts_of(result))),))
 
     def read(self, arguments: dict) -> Any:
         """Call this read-only tool for a reviewer's facts: once, within a short time, its result as
         data. ToolError or McpError say why not."""
         quick = replace(self.access, timeout=min(self.access.timeout, FACTS_SECONDS), tries=1)
         try:
-            result = _run(quick, lambda client, sent: self._call(client, arguments, sent))
-        except (_Unreachable, _Lost) as exc:
+            result = run_on_server(quick, lambda client, sent: self._call(client, arguments, sent))
+        except (Unreachable, Lost) as exc:
             raise McpError(f"The MCP server {self.server} could not be read ({exc}).") from None
         return self._output(result)
 
@@ -142,12 +158,12 @@ class McpRemoteTool(DescribedTool):
         tries, wait, last = self.access.tries, self.access.retry_seconds, ""
         for attempt in range(1, tries + 1):
             try:
-                result = _run(self.access, lambda client, sent: self._call(client, input, sent), live=True)
+                result = run_on_server(self.access, lambda client, sent: self._call(client, input, sent), live=True)
             except McpError as exc:
                 raise (_SecretRefusedAtCall(exc) if isinstance(exc, SecretRefused) else ToolError(str(exc))) from None
-            except _Unreachable as exc:
+            except Unreachable as exc:
                 last = str(exc)
-            except _Lost as exc:
+            except Lost as exc:
                 if not self.repeatable:
                     raise ToolError(
                         f"The MCP server {self.server} stopped answering after {self.remote_name} was sent "
@@ -170,10 +186,10 @@ class McpRemoteTool(DescribedTool):
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-        listed = next((t for t in await _listing(client) if t.name == self.remote_name), None)
+        listed = next((t for t in await list_all_tools(client) if t.name == self.remote_name), None)
         if listed is None:
             raise ToolError(f"The MCP server {self.server} no longer offers {self.remote_name}; nothing was done.")
-        now = _plain(listed)
+        now = plain_tool(listed)
         if fingerprint(now["description"], now["input_schema"], now["annotations"]) != self._accepted:
             raise _Changed(
                 f"The MCP server {self.server} changed {self.remote_name} (its description, schema or hints) since "

@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-from webapp import audit_chain
-from webapp.tools.registry import (
-    ToolContext,
-    ToolError,
-)
-
-if TYPE_CHECKING:  # the SDK is imported where a server is reached: it costs every process a second to load
-    pass
-
 
 SERVER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-_ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
-_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_NOT_IN_NAMES = re.compile(r"[^a-zA-Z0-9_-]")
+HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NOT_IN_NAMES = re.compile(r"[^a-zA-Z0-9_-]")
 NAME_LIMIT = 128  # the Messages API's longest tool name
 ERROR_CHARS = 2000  # of a server's error text, fenced, in an error result
-_SEALING = "mcp server headers"
-_SEALING_ENVIRONMENT = "mcp server environment"
+SEALING_HEADERS = "mcp server headers"
+SEALING_ENVIRONMENT = "mcp server environment"
 ONLY_OPERATORS_START = (
     "Only the desk's operator can add a server that the desk starts; ask them to run "
     '`flask mcp add NAME --command "..." --tenant SLUG`, or give the URL of a server that is already running.'
@@ -47,28 +36,9 @@ class SecretRefused(McpError):
         return {"server": self.server, "header": self.header, "secret": self.variable, "moment": moment}
 
 
-class _SecretRefusedAtCall(ToolError):
-    """A call refused because its server's header names a secret not granted to the tenant: nothing
-    was sent, and the refusal is audited (`mcp_secret_refused`) though the call's writes are undone."""
-
-    def __init__(self, refused: SecretRefused) -> None:
-        super().__init__(str(refused))
-        self.refused = refused
-
-    def record(self, context: ToolContext) -> None:
-        audit_chain.record(
-            context.session,
-            "mcp_secret_refused",
-            tenant_id=context.tenant_id,
-            actor_label="call time",
-            tool_call_id=context.tool_call_id,
-            data=self.refused.audit_data("call"),
-        )
-
-
-class _Unreachable(Exception):
+class Unreachable(Exception):
     """The server could not be reached, or failed before the call was sent: nothing was sent."""
 
 
-class _Lost(Exception):
+class Lost(Exception):
     """The call was sent, and then the server stopped answering or ran out of time."""

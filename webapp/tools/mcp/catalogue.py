@@ -16,8 +16,8 @@ from webapp.config import Config
 from webapp.models import McpServer, McpTool, utcnow
 from webapp.tools.described import schema_problem
 from webapp.tools.mcp.adapter import McpRemoteTool
-from webapp.tools.mcp.base import _NOT_IN_NAMES, NAME_LIMIT, ONLY_OPERATORS_START, SERVER_NAME, McpError
-from webapp.tools.mcp.guard import _record_current, _waits_by_default
+from webapp.tools.mcp.base import NAME_LIMIT, NOT_IN_NAMES, ONLY_OPERATORS_START, SERVER_NAME, McpError
+from webapp.tools.mcp.guard import record_current, waits_by_default
 from webapp.tools.mcp.headers import stored_environment, stored_headers
 from webapp.tools.mcp.sessions import fetch_tools, fingerprint
 from webapp.tools.mcp.transport import Access
@@ -178,7 +178,7 @@ def _apply(
             # a loosening for a second admin (dropping a writing tool and listing it again as read-only
             # reset its gate before). The server's first listing is the admin's to read as they add it.
             accepted = remote["annotations"]
-            if server.synced_at is not None and not _waits_by_default(accepted):
+            if server.synced_at is not None and not waits_by_default(accepted):
                 accepted = {}
             row = McpTool(
                 server=server,
@@ -197,7 +197,7 @@ def _apply(
             report.added.append(row.registry_name)
         elif problem:
             report.refused.append((remote["name"], problem))
-        _record_current(row, remote, current)
+        record_current(row, remote, current)
         if row.registry_name not in report.added:
             (report.held if row.held else report.unchanged).append(row.registry_name)
     for remote_name, row in known.items():
@@ -213,7 +213,7 @@ def _apply(
 def registry_name(server: str, remote: str, taken: set[str]) -> str:
     """`mcp_<server>__<tool>`, in the API's characters; cut to 128 with a short hash when too long or
     already taken."""
-    name = _NOT_IN_NAMES.sub("_", f"mcp_{server}__{remote}")
+    name = NOT_IN_NAMES.sub("_", f"mcp_{server}__{remote}")
     if len(name) <= NAME_LIMIT and name not in taken:
         return name
     digest = hashlib.sha256(f"{server}\0{remote}".encode()).hexdigest()

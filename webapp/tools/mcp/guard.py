@@ -12,7 +12,7 @@ from webapp.tools.mcp.base import McpError
 from webapp.tools.mcp.sessions import fingerprint
 
 
-def _record_current(row: McpTool, remote: dict, current: str) -> None:
+def record_current(row: McpTool, remote: dict, current: str) -> None:
     """What the server says the tool is now; held when that is not what an admin accepted."""
     row.current_description = remote["description"]
     row.current_input_schema = remote["input_schema"]
@@ -32,7 +32,7 @@ def hold_changed(session: Session, tenant_id: int, registry_name: str, listed: d
     session.execute(select(McpServer.id).where(McpServer.id == row.server_id).with_for_update())  # one at a time
     session.refresh(row)
     was_held = row.held
-    _record_current(row, listed, fingerprint(listed["description"], listed["input_schema"], listed["annotations"]))
+    record_current(row, listed, fingerprint(listed["description"], listed["input_schema"], listed["annotations"]))
     if row.held and not was_held:
         row.server.version += 1  # the tenant's registries are built again
         session.flush()
@@ -40,7 +40,7 @@ def hold_changed(session: Session, tenant_id: int, registry_name: str, listed: d
     return False
 
 
-def _waits_by_default(hints: dict) -> bool:
+def waits_by_default(hints: dict) -> bool:
     read_only, destructive = read_only_and_destructive(hints or {})
     return not read_only or destructive
 
@@ -88,7 +88,7 @@ def check_server(session: Session, server: McpServer, listing: list[dict]) -> tu
         if remote is None:
             continue  # gone: a call says so, and the next sync removes it
         was_held = row.held
-        _record_current(row, remote, fingerprint(remote["description"], remote["input_schema"], remote["annotations"]))
+        record_current(row, remote, fingerprint(remote["description"], remote["input_schema"], remote["annotations"]))
         if row.held != was_held:
             (held if row.held else released).append(row.registry_name)
     if held or released:

@@ -10,15 +10,15 @@ from sqlalchemy.orm import object_session
 from webapp import sealing, secret_grants
 from webapp.models import McpServer
 from webapp.tools.mcp.base import (
-    _ENV_REFERENCE,
-    _HEADER_NAME,
-    _SEALING,
-    _SEALING_ENVIRONMENT,
-    _VARIABLE_NAME,
+    ENV_REFERENCE,
+    HEADER_NAME,
+    SEALING_ENVIRONMENT,
+    SEALING_HEADERS,
+    VARIABLE_NAME,
     McpError,
     SecretRefused,
 )
-from webapp.tools.mcp.transport import _granted_words
+from webapp.tools.mcp.transport import granted_words
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -28,7 +28,7 @@ def parse_header(text: str) -> tuple[str, str]:
     name, value = name.strip(), value.strip()
     if not colon:
         raise McpError('A header line has no colon: type it as "Name: value", e.g. "Authorization: Bearer abc".')
-    if not _HEADER_NAME.match(name):
+    if not HEADER_NAME.match(name):
         raise McpError(f'{name!r} is not a header name: type it as "Name: value", e.g. "Authorization: Bearer abc".')
     if not value:
         raise McpError(f'The header {name} has no value: type it as "Name: value", e.g. "Authorization: Bearer abc".')
@@ -42,7 +42,7 @@ def parse_variable(text: str) -> tuple[str, str]:
     name = name.strip()
     if not equals:
         raise McpError('A variable has no "=": type it as NAME=value, e.g. INVENTORY_TOKEN=abc.')
-    if not _VARIABLE_NAME.match(name):
+    if not VARIABLE_NAME.match(name):
         raise McpError(
             f"{name!r} is not a variable's name: use letters, digits and _, not starting with a digit, "
             "e.g. INVENTORY_TOKEN=abc."
@@ -61,13 +61,13 @@ def stored_headers(
     Values are never stored in the clear."""
     stored = []
     for name, value in pairs:
-        reference = _ENV_REFERENCE.match(value)
+        reference = ENV_REFERENCE.match(value)
         if reference and not by_operator and reference.group(1) not in granted:
             variable = reference.group(1)
             raise SecretRefused(
                 f'"{name}: ${variable}" would send the desk\'s environment variable {variable} to the server, and '
                 f"the desk's operator has not granted it to this tenant: a tenant's admin may name only the secrets "
-                f"granted to their tenant ({_granted_words(granted)}). Nothing was saved or sent. Name a granted "
+                f"granted to their tenant ({granted_words(granted)}). Nothing was saved or sent. Name a granted "
                 "secret, type the value itself to have it stored encrypted, or ask the desk's operator to grant it.",
                 "",
                 name,
@@ -76,7 +76,9 @@ def stored_headers(
         if reference:
             stored.append({"name": name, "env": reference.group(1), "operator": by_operator})
         else:
-            stored.append({"name": name, "sealed": sealing.seal(secret_key, _SEALING, value), "operator": by_operator})
+            stored.append(
+                {"name": name, "sealed": sealing.seal(secret_key, SEALING_HEADERS, value), "operator": by_operator}
+            )
     return stored
 
 
@@ -88,11 +90,11 @@ def stored_environment(secret_key: str, pairs: list[tuple[str, str]]) -> list[di
         if name in seen:
             raise McpError(f"The variable {name} is given twice; give it once.")
         seen.add(name)
-        reference = _ENV_REFERENCE.match(value)
+        reference = ENV_REFERENCE.match(value)
         if reference:
             stored.append({"name": name, "env": reference.group(1)})
         else:
-            stored.append({"name": name, "sealed": sealing.seal(secret_key, _SEALING_ENVIRONMENT, value)})
+            stored.append({"name": name, "sealed": sealing.seal(secret_key, SEALING_ENVIRONMENT, value)})
     return stored
 
 

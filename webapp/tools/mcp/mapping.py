@@ -14,9 +14,7 @@ from webapp.tools import presenting
 from webapp.tools.described import UNITS
 from webapp.tools.mcp.base import McpError
 from webapp.tools.mcp.guard import read_only_and_destructive
-from webapp.tools.registry import (
-    Fact,
-)
+from webapp.tools.registry import Fact
 
 FACTS_SECONDS = 10.0  # the longest a decision page waits for a tool's facts
 
@@ -137,7 +135,7 @@ def _names(properties: dict) -> str:
     return ", ".join(properties) or "none"
 
 
-def _facts_of(result: Any) -> list[Fact]:
+def facts_of(result: Any) -> list[Fact]:
     """A read-only tool's result as facts for people: a JSON object (or text that is one) key by key,
     anything else whole."""
     if isinstance(result, str):

@@ -18,11 +18,9 @@ import anyio
 import anyio.abc
 
 from webapp import outbound
-from webapp.tools.mcp.base import McpError, _Lost, _Unreachable
-from webapp.tools.mcp.transport import Access, _leaf, _opened, _reason, _synchronously
-from webapp.tools.registry import (
-    ToolError,
-)
+from webapp.tools.mcp.base import Lost, McpError, Unreachable
+from webapp.tools.mcp.transport import Access, failure_words, innermost, open_session, synchronously
+from webapp.tools.registry import ToolError
 
 if TYPE_CHECKING:  # the SDK is imported where a server is reached: it costs every process a second to load
     from mcp.client.client import Client
@@ -30,32 +28,32 @@ if TYPE_CHECKING:  # the SDK is imported where a server is reached: it costs eve
 log = logging.getLogger(__name__)
 
 
-def _run(access: Access, work: Callable[[Client, list], Awaitable[Any]], *, live: bool = False) -> Any:
+def run_on_server(access: Access, work: Callable[[Client, list], Awaitable[Any]], *, live: bool = False) -> Any:
     """Do the work on a session with the server within the timeout. `live`: on this process's live
     session with a started server (see _LiveSessions; unless MCP_IDLE_SECONDS is 0); otherwise connect,
     do the work and disconnect, in this thread. A failure before the work marked the request sent (by
-    appending to the list it is given) is _Unreachable, after it _Lost; the work's own ToolError and
+    appending to the list it is given) is Unreachable, after it Lost; the work's own ToolError and
     McpError pass through."""
     sent: list = []
     refusals: list[int] = []
 
     async def main():
         with anyio.fail_after(access.timeout):
-            async with _opened(access, refusals) as client:
+            async with open_session(access, refusals) as client:
                 return await work(client, sent)
 
     try:
         if live and access.command and access.idle_seconds > 0:
             parameters = access.process()  # the operator's door and the exact environment, at every call
             return _live_sessions(access.server).run(access, parameters, work, sent)
-        return _synchronously(main)
+        return synchronously(main)
     except Exception as exc:  # whatever the transport raised, said in words
-        leaf = _leaf(exc)
+        leaf = innermost(exc)
         if isinstance(leaf, (ToolError, McpError)):
             raise leaf from None
         if isinstance(leaf, outbound.OutboundError):  # a setting to change: not worth another try
             raise McpError(str(leaf)) from leaf
-        raise (_Lost if sent else _Unreachable)(_reason(leaf, access, refusals)) from None
+        raise (Lost if sent else Unreachable)(failure_words(leaf, access, refusals)) from None
 
 
 #
@@ -135,14 +133,14 @@ class _LiveSessions:
             group.cancel_scope.cancel()
 
     def run(self, access: Access, parameters: dict, work: Callable[[Client, list], Awaitable[Any]], sent: list) -> Any:
-        """The work done on the server's live session, from a slot's thread (see _run); `parameters`:
+        """The work done on the server's live session, from a slot's thread (see run_on_server); `parameters`:
         how to start the server (Access.process())."""
         identity = (access.tenant_id, access.server)
         stamp = json.dumps([access.server_id, access.version, parameters], sort_keys=True, default=str)
         key = hashlib.sha256(stamp.encode()).hexdigest()
-        return self._portal.call(self._run, identity, key, parameters, access, work, sent)
+        return self._portal.call(self.run_on_server, identity, key, parameters, access, work, sent)
 
-    async def _run(self, identity, key, parameters, access, work, sent) -> Any:
+    async def run_on_server(self, identity, key, parameters, access, work, sent) -> Any:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
 
@@ -215,7 +213,7 @@ class _LiveSessions:
                 live.scope = scope
                 scope.deadline = anyio.current_time() + live.start_seconds  # the start only
                 parameters, live.parameters = StdioServerParameters(**live.parameters), None
-                # Its stderr goes to this process's own (see _opened). No response cache: every call
+                # Its stderr goes to this process's own (see open_session). No response cache: every call
                 # lists the tools afresh, to compare them with what an admin accepted.
                 async with Client(stdio_client(parameters, errlog=sys.__stderr__), cache=None) as client:
                     scope.deadline = math.inf
@@ -331,7 +329,7 @@ def open_sessions() -> int:
     return live.count()
 
 
-async def _listing(client: Client) -> list:
+async def list_all_tools(client: Client) -> list:
     tools, cursor = [], None
     for _ in range(100):  # a paginator that never ends cannot hang a sync
         page = await client.list_tools(cursor=cursor)
@@ -346,16 +344,16 @@ def fetch_tools(access: Access) -> list[dict]:
     """The server's tools as plain dicts (name, description, input_schema, annotations); McpError
     says why there are none."""
     try:
-        tools = _run(access, lambda client, _sent: _listing(client))
-    except (_Unreachable, _Lost) as exc:
+        tools = run_on_server(access, lambda client, _sent: list_all_tools(client))
+    except (Unreachable, Lost) as exc:
         raise McpError(
             f"The MCP server {access.server} at {access.where()} could not be reached ({exc}). Check the address "
             "(and its headers), and that the server is up."
         ) from None
-    return [_plain(tool) for tool in tools]
+    return [plain_tool(tool) for tool in tools]
 
 
-def _plain(tool: Any) -> dict:
+def plain_tool(tool: Any) -> dict:
     annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
     return {
         "name": tool.name,

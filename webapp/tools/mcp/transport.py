@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -22,10 +22,7 @@ from sqlalchemy.orm import object_session
 from webapp import outbound, sealing, secret_grants
 from webapp.config import Config
 from webapp.models import McpServer
-from webapp.tools.mcp.base import _SEALING, _SEALING_ENVIRONMENT, McpError, SecretRefused
-
-if TYPE_CHECKING:  # the SDK is imported where a server is reached: it costs every process a second to load
-    pass
+from webapp.tools.mcp.base import SEALING_ENVIRONMENT, SEALING_HEADERS, McpError, SecretRefused
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +92,14 @@ class Access:
             if kind == "env" and not by_operator and value not in self.granted:
                 raise SecretRefused(
                     f"The {name} header of the MCP server {self.server} reads ${value} from the desk's environment, "
-                    f"a secret the desk's operator has not granted to this tenant ({_granted_words(self.granted)}), "
+                    f"a secret the desk's operator has not granted to this tenant ({granted_words(self.granted)}), "
                     f"so nothing was sent. Ask the operator to grant it (flask secret grant {value} --tenant ...), "
                     f"or remove the server and add it again with the {name} header set again.",
                     self.server,
                     name,
                     value,
                 )
-            values[name] = self._value(f"The {name} header", kind, value, _SEALING, "its headers")
+            values[name] = self._value(f"The {name} header", kind, value, SEALING_HEADERS, "its headers")
         return values
 
     def process(self) -> dict:
@@ -119,7 +116,7 @@ class Access:
 
         environment = {"PATH": os.environ.get("PATH", os.defpath)}
         for name, kind, value in self.environment:
-            environment[name] = self._value(f"The variable {name}", kind, value, _SEALING_ENVIRONMENT, "its variables")
+            environment[name] = self._value(f"The variable {name}", kind, value, SEALING_ENVIRONMENT, "its variables")
         # The SDK lays HOME, LOGNAME, SHELL, TERM and USER of the desk under whatever env it is given
         # (mcp.client.stdio.get_default_environment), so the command runs under `env -u` for each of
         # those not given: names only on the command line (anyone on the host can read it), no value.
@@ -149,7 +146,7 @@ class Access:
             ) from None
 
 
-def _granted_words(granted: Collection[str]) -> str:
+def granted_words(granted: Collection[str]) -> str:
     """The secrets granted to a tenant, for a sentence: names only."""
     return f"granted to it: {', '.join(sorted(granted))}" if granted else "no secret is granted to it"
 
@@ -160,7 +157,7 @@ def _source(stored: dict) -> tuple[str, str]:
 
 
 @asynccontextmanager
-async def _opened(access: Access, refusals: list[int] | None = None):
+async def open_session(access: Access, refusals: list[int] | None = None):
     """An initialised client session with the server. The HTTP status of each POST the server
     answered with other than 2xx is appended to `refusals` (the SDK turns them into MCP errors)."""
     from mcp.client.client import Client
@@ -192,7 +189,7 @@ async def _opened(access: Access, refusals: list[int] | None = None):
         yield client
 
 
-def _synchronously(main: Callable[[], Awaitable[Any]]) -> Any:
+def synchronously(main: Callable[[], Awaitable[Any]]) -> Any:
     """Run the coroutine function to its end: in this thread (a worker slot's), or in a thread of its
     own when this one already runs an event loop (anyio.run refuses to nest one: a caller driving
     asyncio itself, such as Playwright's sync API in a test process)."""
@@ -204,13 +201,13 @@ def _synchronously(main: Callable[[], Awaitable[Any]]) -> Any:
         return own.submit(anyio.run, main).result()
 
 
-def _leaf(exc: BaseException) -> BaseException:
+def innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
 
 
-def _reason(exc: BaseException, access: Access, refusals: list[int]) -> str:
+def failure_words(exc: BaseException, access: Access, refusals: list[int]) -> str:
     """A failure in a few words. A server at a URL is named only by its HTTP status or its MCP error
     code, never by what it sent; every other failure (a closed port, a filtered one, one that speaks
     something else, a timeout) reads the same, so an admin's URL cannot tell one port from another."""
