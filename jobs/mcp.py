@@ -1,4 +1,4 @@
-"""The RQ entry point of the periodic check of MCP servers' tools (the work: webapp/tools/mcp.py, run
+"""The RQ entry point of the periodic check of MCP servers' tools (the work: webapp/tools/mcp/, run
 through webapp/runtime/work.py)."""
 
 from __future__ import annotations

@@ -450,7 +450,7 @@ class Config(_LogSettings):
     smtp_starttls: Flag = Field(True, validation_alias="SMTP_STARTTLS", description="1 or 0", examples=["1"])
     # "package.module:ToolClass" entries added to the billing tools
     extra_tools: Annotated[tuple[str, ...], BeforeValidator(_tool_paths)] = Field((), validation_alias="EXTRA_TOOLS")
-    # MCP servers' tools (webapp/tools/mcp.py): the longest one call (or listing) may take, how many
+    # MCP servers' tools (webapp/tools/mcp/): the longest one call (or listing) may take, how many
     # tries a server that cannot be reached gets, the wait before the second try (doubled after), and
     # how often every server's listing is checked for tools changed since accepted (0: never), and how
     # long a worker keeps a server it started (stdio) running after its last call (0: one per call)

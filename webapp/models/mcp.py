@@ -87,7 +87,7 @@ class McpTool(Base):
     held: Mapped[bool] = mapped_column(Boolean, default=False)
     accepted_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     accepted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    # what an admin told the desk of its arguments (webapp/tools/mcp.py set_mapping): which is the money
+    # what an admin told the desk of its arguments (webapp/tools/mcp/mapping.py set_mapping): which is the money
     # it moves and in what unit, which names what it acts on, and a read-only tool of the same server
     # whose live result a reviewer sees as the facts: {"amount": {"argument", "unit"}, "subject":
     # {"argument"}, "facts": {"tool", "arguments": {its argument: the call's argument}}}

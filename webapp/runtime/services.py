@@ -42,7 +42,7 @@ class Services:
     _tenant_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def tenant_tools(self, session: Session, tenant_id: int, version: int | None = None) -> TenantTools:
-        """The tenant's registry (the built-in tools, its MCP servers' tools, webapp/tools/mcp.py, and the
+        """The tenant's registry (the built-in tools, its MCP servers' tools, webapp/tools/mcp/, and the
         tools its outside agents declared, webapp/tools/external.py) and
         its access rules, kept per process while the tenant's tools_version holds. `version`: that
         version as the caller read it in this transaction (a move's claim does), else it is read. A

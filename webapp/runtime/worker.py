@@ -10,7 +10,7 @@ Stopping: the first SIGTERM or SIGINT stops taking jobs and lets the moves in fl
 to WORKER_STOP_GRACE_SECONDS (25: below the 30 s most process managers wait before SIGKILL). Moves
 still running then have their leases released, so the sweeper hands them to another worker at its
 next pass instead of after a lease, and whatever they write later is refused by the guard (they no
-longer hold the lease). The MCP servers the process started (webapp/tools/mcp.py keeps one per
+longer hold the lease). The MCP servers the process started (webapp/tools/mcp/sessions.py keeps one per
 server while calls come) are stopped before it exits. A second signal stops at once; a SIGKILL
 loses nothing either: the leases expire and the sweeper re-enqueues (and a server the desk started
 sees its stdin close and ends, as the MCP stdio transport asks of it).

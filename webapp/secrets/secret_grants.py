@@ -2,7 +2,7 @@
 tenant, so that its admins may name them in an MCP server's header (`X-Key: $MCP_SECRET_ACME_KEY`).
 
 A tenant's admin names only the secrets granted to their tenant; the MCP code checks it when a header
-is saved and again at every use (webapp/tools/mcp.py), so a grant revoked since, or a header stored
+is saved and again at every use (webapp/tools/mcp/), so a grant revoked since, or a header stored
 before grants existed, is never sent. An operator grants only names starting with MCP_SECRET_PREFIX:
 none of the desk's own settings starts with it (the desk refuses to boot otherwise), so none can ever
 be handed to a tenant. Headers and variables an operator set are the operator's and need no grant.

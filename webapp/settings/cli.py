@@ -1,6 +1,6 @@
 """A tenant's settings from the command line: `flask tenant set-model` (which endpoint serves a
 tenant), `policy-change list|approve|reject` (the operator as the second pair of eyes) and `mcp
-add|list|sync|map|remove` (a tenant's MCP servers, webapp/tools/mcp.py). Their names and arguments are
+add|list|sync|map|remove` (a tenant's MCP servers, webapp/tools/mcp/). Their names and arguments are
 a contract."""
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _register_policy_changes(app: Flask) -> None:
 
 
 def _register_mcp(app: Flask) -> None:
-    """`flask mcp add|list|sync|map|remove`: a tenant's MCP servers (webapp/tools/mcp.py)."""
+    """`flask mcp add|list|sync|map|remove`: a tenant's MCP servers (webapp/tools/mcp/)."""
     group = AppGroup("mcp", help="MCP servers whose tools join a tenant's assistant, behind the approval gate.")
 
     def tenant_of(slug: str) -> Tenant:

@@ -7,7 +7,7 @@ so an attempt to open a door of the operator's leaves its trace. Who may give a 
 variables, or name any $VARIABLE is decided here from the actor: the command line (no actor) and
 operators only; a tenant's admin names only the secrets the operator granted to the tenant
 (webapp/secrets/secret_grants.py), and a header naming one that is not granted (any more) fails a sync in
-words, audited (`mcp_secret_refused`) with nothing sent. The catalogue itself is webapp/tools/mcp.py."""
+words, audited (`mcp_secret_refused`) with nothing sent. The catalogue itself is webapp/tools/mcp/."""
 
 from __future__ import annotations
 

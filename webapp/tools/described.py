@@ -1,6 +1,6 @@
 """Tools described by data rather than by a class: a JSON schema for their arguments, and what an
 admin said of them (which argument is the money, in what unit, and which names what a call acts on).
-An MCP server's tools (webapp/tools/mcp.py) and the tools outside agents declare (webapp/tools/
+An MCP server's tools (webapp/tools/mcp/) and the tools outside agents declare (webapp/tools/
 external.py) are both such tools.
 
 Their schemas come from outside the desk (an admin's declaration, an MCP server's listing), so

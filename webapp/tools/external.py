@@ -24,7 +24,7 @@ from webapp.tools.described import UNITS, DescribedTool, money_in_cents, schema_
 from webapp.tools.registry import Fact, Record, Review, ToolContext, ToolError
 
 # What the Messages API accepts as a tool's name, so a declared tool reads like any other; "mcp_" is
-# the MCP servers' (webapp/tools/mcp.py names theirs mcp_<server>__<tool>).
+# the MCP servers' (webapp/tools/mcp/catalogue.py names theirs mcp_<server>__<tool>).
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_DESCRIPTION = 2_000
 MAX_SCHEMA_CHARS = 20_000
