@@ -75,9 +75,9 @@ def approve_one_at_a_time(app, env: dict, ids: list[int], check=None, between=No
     client, bearer = signed_in(app, "reviewer@acme.test")
     agent, agent_bearer = signed_in(app, "agent@acme.test")
     with app.app_context():
-        dispatcher = services().dispatcher
-        channels = {conversation_id: dispatcher.conversation_channel(conversation_id) for conversation_id in ids}
-        redis = dispatcher.redis
+        live = services().live_events
+        channels = {conversation_id: live.conversation_channel(conversation_id) for conversation_id in ids}
+        redis = live.redis
     first_words_ms = []
     answers: dict[int, int] = {}
     engine = plain_engine(env)

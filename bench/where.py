@@ -25,7 +25,7 @@ PARTS = (
     ("Redis (enqueues, live events)", ("redis/",)),
     ("the desk's own code", ("webapp/", "jobs/")),
 )
-JOB = ("jobs/", "webapp/runtime/work.py")  # frames of a job's own work: below them, the desk's
+JOB = ("jobs/",)  # frames of a job's own work: below them, the desk's
 RQ = "RQ's bookkeeping of a job (dequeue, registries, heartbeats, its Redis calls)"
 OTHER = "other (threads, logging, the interpreter)"
 

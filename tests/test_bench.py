@@ -163,7 +163,7 @@ def test_where_counts_a_profile_by_the_part_of_a_move_it_is_in():
     total, parts = split(
         [
             "perform_job (rq/worker/base.py:1);execute (redis/client.py:2) 3",  # RQ's own Redis calls
-            "perform (rq/job.py:1);move (webapp/runtime/work.py:5);execute (sqlalchemy/orm/session.py:9) 2",
+            "perform (rq/job.py:1);advance_conversation (jobs/moves.py:5);execute (sqlalchemy/orm/session.py:9) 2",
             "perform (rq/job.py:1);advance_conversation (jobs/moves.py:1);step (webapp/agent/loop.py:3) 1",
         ]
     )

@@ -7,7 +7,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tests.clients import session_as
 from tests.conftest import wait_until
 from webapp.config import Config
-from webapp.runtime.queue import Dispatcher
+from webapp.runtime.live_events import LiveEvents
 from webapp.runtime.services import services
 
 AGENT = "agent@acme.test"
@@ -26,8 +26,8 @@ def test_a_live_stream_hears_its_own_redis_database_only(app, api, env):
     """Pub/sub channels span a Redis server's databases: a deployment on database 1 must never
     stream another's conversation 1 (staging beside production, or parallel test runs)."""
     conversation_id = api.as_(AGENT).post("/api/conversations", json={"message": "hello"}).json["id"]
-    ours = services().dispatcher
-    neighbour = Dispatcher(Config.from_env({**env, "REDIS_URL": same_server_other_database(env["REDIS_URL"])}))
+    ours = services().live_events
+    neighbour = LiveEvents(Config.from_env({**env, "REDIS_URL": same_server_other_database(env["REDIS_URL"])}))
 
     stream = session_as(app, AGENT).get(f"/live/conversations/{conversation_id}", buffered=False)
     events = iter(stream.response)
@@ -43,20 +43,20 @@ def test_a_live_stream_hears_its_own_redis_database_only(app, api, env):
 
 def test_a_tasks_progress_reaches_the_stream_as_its_cards_markup_with_the_text_escaped(app, api):
     conversation_id = api.as_(AGENT).post("/api/conversations", json={"message": "hello"}).json["id"]
-    dispatcher = services().dispatcher
+    live = services().live_events
     stream = session_as(app, AGENT).get(f"/live/conversations/{conversation_id}", buffered=False)
     events = iter(stream.response)
     assert next(events) == b"retry: 3000\n\n"
-    channel = dispatcher.conversation_channel(conversation_id)
-    subscribed = lambda: dict(dispatcher.redis.pubsub_numsub(channel)).get(channel.encode())  # noqa: E731
+    channel = live.conversation_channel(conversation_id)
+    subscribed = lambda: dict(live.redis.pubsub_numsub(channel)).get(channel.encode())  # noqa: E731
     wait_until(subscribed, 10, "the stream to subscribe")
-    dispatcher.task_progress(conversation_id, 77, "working", "Exported <b>invoices</b> (2 of 3).", 0.5)
+    live.task_progress(conversation_id, 77, "working", "Exported <b>invoices</b> (2 of 3).", 0.5)
     event = next(event for event in events if not event.startswith(b":")).decode()
     stream.close()
     assert event.startswith("event: task-77\n")
     assert "Exported &lt;b&gt;invoices&lt;/b&gt; (2 of 3)." in event and "<b>" not in event
     assert '<progress max="1" value="0.5"' in event and "50%" in event
-    assert dispatcher.live_tasks([77, 78]) == {
+    assert live.live_tasks([77, 78]) == {
         77: {
             "type": "task",
             "tool_call_id": 77,

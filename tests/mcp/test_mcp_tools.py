@@ -205,7 +205,7 @@ def test_the_periodic_check_holds_a_changed_tool_before_any_call_and_releases_it
 
 
 def test_checks_that_overlap_hold_a_changed_tool_once(app, cli, warehouse, read, engine):
-    from webapp.runtime import work
+    from jobs import mcp as mcp_jobs
 
     since = newest_event_id(read)
     add_warehouse(cli, warehouse)
@@ -214,7 +214,7 @@ def test_checks_that_overlap_hold_a_changed_tool_once(app, cli, warehouse, read,
 
     def check(_) -> str:
         with app.app_context():  # a session of its own, as each worker's job has
-            return work.check_mcp_servers()
+            return mcp_jobs.check_servers()
 
     # Four checks at once (a slow check still running when the next starts), all kept from writing
     # the tool until each has read it: the tool's row is locked meanwhile (on SQLite, the database).

@@ -107,7 +107,7 @@ def test_a_field_the_admins_form_does_not_have_is_refused_and_audited(app, wareh
 def test_no_request_of_a_tenant_admin_starts_a_process(app, tmp_path):
     """Every MCP form of the admin's page, on a server whose command an admin set before the doors
     closed, and what runs without a person: the periodic check and a call of its tool."""
-    from webapp.runtime.work import check_mcp_servers
+    from jobs.mcp import check_servers as check_mcp_servers
 
     marker = tmp_path / "started"
     command = f"sh -c 'touch {marker}'"
@@ -202,7 +202,7 @@ def test_a_secret_granted_to_the_tenant_is_read_for_its_admin_and_delivered(app,
 
 
 def test_a_header_an_admin_stored_before_the_doors_is_not_read_and_the_call_says_which_to_set_again(app, warehouse):
-    from webapp.runtime.work import check_mcp_servers
+    from jobs.mcp import check_servers as check_mcp_servers
 
     stored_before_the_doors("warehouse", url=warehouse.url, headers=[{"name": "X-Leak", "env": "PATH"}])
     admin = sign_in(app, ADMIN)

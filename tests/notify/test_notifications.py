@@ -22,6 +22,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook, WebhookVerificationError
 
+from jobs import moves as move_jobs
+from jobs import notify as notice_jobs
 from tests.accounts.people import last_event
 from tests.approvals.test_inbox import refund, waiting_calls
 from tests.clients import session_as, sign_in
@@ -31,7 +33,6 @@ from tests.model_server import Reply
 from tests.replies import reply, tool_use
 from webapp.agent import sweeper
 from webapp.models import Conversation, NotificationChannel, NotificationDelivery, ToolCall, utcnow
-from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.runtime.worker import PromptWorker
@@ -226,11 +227,11 @@ def test_a_policys_reminder_time_sets_when_its_calls_remind_and_a_bad_one_is_ref
 def test_reminders_and_escalations_are_emailed_through_smtp_once(app, api, model, mailbox):
     set_up_email(app, "approvals@acme.test, Lead@Acme.test")
     (call,) = waiting_calls(api, model, refund(4471, 9000))
-    work.sweep()
+    move_jobs.sweep()
     deliver_queued()
     assert mailbox.messages == []  # not due yet
     make_due([call], "reminder")
-    work.sweep()
+    move_jobs.sweep()
     deliver_queued()
     (to, message), *_ = mailbox.messages
     assert sorted(to) == ["approvals@acme.test", "lead@acme.test"]
@@ -241,8 +242,8 @@ def test_reminders_and_escalations_are_emailed_through_smtp_once(app, api, model
     assert f"{PUBLIC_URL}/approvals/{call.id}" in body
     assert "<tool_output" not in body and "amount_cents" not in body  # words for people only
     make_due([call], "escalation")
-    work.sweep()
-    work.sweep()  # a second sweep sends nothing again
+    move_jobs.sweep()
+    move_jobs.sweep()  # a second sweep sends nothing again
     deliver_queued()
     assert len(mailbox.messages) == 2
     to, escalation = mailbox.messages[1]
@@ -336,8 +337,8 @@ def test_two_sweeps_at_once_remind_each_call_exactly_once(app, api, model, recei
     assert sorted(marked) == sorted(c.id for c in calls)  # each call went to one sweep only
     # and whole sweeps: a call marked is never sent again
     make_due(calls[:1], "escalation")
-    work.sweep()
-    work.sweep()
+    move_jobs.sweep()
+    move_jobs.sweep()
     deliver_queued()
     assert [r["kind"] for r in hook.requests] == ["escalation"]
     assert ":rotating_light: Escalation" in hook.requests[0]["json"]["text"]
@@ -357,13 +358,13 @@ def test_calls_of_another_tenant_never_reach_this_tenants_channels(app, api, mod
     db.session.remove()
     make_due([globex_call], "reminder")
     make_due([globex_call], "escalation")
-    work.sweep()
+    move_jobs.sweep()
     deliver_queued()
     assert hook.requests == [] and mailbox.messages == [] and deliveries() == []
     assert db.session.get(ToolCall, globex_call.id).reminded_at is not None  # it was due; globex has no channels
     # the delivery job itself sends nothing for a call of another tenant
     acme_hook = db.session.scalar(select(NotificationChannel.id).where(NotificationChannel.kind == "webhook"))
-    assert work.deliver_notice(acme_hook, globex_call.id, "reminder") == "nothing to send"
+    assert notice_jobs.deliver(acme_hook, globex_call.id, "reminder") == "nothing to send"
     assert hook.requests == []
 
 

@@ -14,6 +14,8 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from jobs import moves as move_jobs
+from jobs import webhooks as webhook_jobs
 from tests.approvals.test_inbox import refund, waiting_calls
 from tests.clients import sign_in
 from tests.conftest import desk_app, pushed, wait_until
@@ -23,9 +25,9 @@ from tests.notify.test_notifications import make_due
 from tests.replies import reply, text
 from webapp.api.events import EVENT_MODELS
 from webapp.models import AuditEvent, Conversation
-from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
+from webapp.runtime.webhook_senders import WebhookSenders
 from webapp.runtime.worker import PromptWorker
 from webapp.webhooks import EVENT_TYPES
 
@@ -191,7 +193,7 @@ def test_a_failed_delivery_is_retried_and_holds_back_its_conversations_later_eve
         ("approval.requested", "pending", 1),
     ]
     assert log[1]["http_status"] == 503 and "HTTP 503" in log[1]["error"]
-    work.deliver_webhooks(created["id"])  # its retry's job (due at once: WEBHOOK_RETRY_INTERVALS=0,0)
+    webhook_jobs.deliver(created["id"])  # its retry's job (due at once: WEBHOOK_RETRY_INTERVALS=0,0)
     assert receiver.types() == ["approval.requested", "approval.requested", "conversation.awaiting_approval"]
     assert receiver.received[0]["id"] == receiver.received[1]["id"] and all(r["verified"] for r in receiver.received)
 
@@ -199,14 +201,14 @@ def test_a_failed_delivery_is_retried_and_holds_back_its_conversations_later_eve
     waiting_calls(api, model, refund(4401, 20000), message="another")
     run_jobs()
     for _ in range(2):
-        work.deliver_webhooks(created["id"])
+        webhook_jobs.deliver(created["id"])
     log = api.as_(ADMIN).get(f"/api/webhooks/{created['id']}/deliveries?limit=2").json
     assert [(row["event_type"], row["status"], row["attempts"]) for row in log["deliveries"]] == [
         ("conversation.awaiting_approval", "pending", 0),
         ("approval.requested", "failed", 3),
     ]
     assert log["next_cursor"]  # the first conversation's two, on the next page
-    work.deliver_webhooks(created["id"])  # given up on, it no longer holds its conversation's next event back
+    webhook_jobs.deliver(created["id"])  # given up on, it no longer holds its conversation's next event back
     assert receiver.types()[-1] == "conversation.awaiting_approval" and len(receiver.received) == 7
 
 
@@ -287,11 +289,11 @@ def test_reminders_and_escalations_are_events_too(api, model, receiver):
     subscribe(api, receiver, ["approval.reminder", "approval.escalated"])
     (call,) = waiting_calls(api, model, refund(4471, 9000))
     make_due([call], "reminder")
-    work.sweep()
+    move_jobs.sweep()
     run_jobs()
     make_due([call], "escalation")
-    work.sweep()
-    work.sweep()  # a second sweep sends nothing twice
+    move_jobs.sweep()
+    move_jobs.sweep()  # a second sweep sends nothing twice
     run_jobs()
     assert receiver.types() == ["approval.reminder", "approval.escalated"]
     assert all(request["verified"] for request in receiver.received)
@@ -301,12 +303,12 @@ def test_reminders_and_escalations_are_events_too(api, model, receiver):
 
 def test_one_job_at_a_time_sends_a_webhooks_deliveries_and_a_second_leaves_it_one_more_pass(api, model, receiver):
     created = subscribe(api, receiver, ["approval.requested"])
-    dispatcher = services().dispatcher
-    sending = dispatcher.webhooks_sending(created["id"])  # as if a job were sending them now
+    senders = WebhookSenders(services().dispatcher)
+    sending = senders.sending(created["id"])  # as if a job were sending them now
     assert sending is not None
     waiting_calls(api, model, refund(4471, 9000))
-    assert work.deliver_webhooks(created["id"]) == "another job is sending them, and makes one more pass"
+    assert webhook_jobs.deliver(created["id"]) == "another job is sending them, and makes one more pass"
     assert receiver.received == []  # nothing sent twice at once, nothing lost:
-    dispatcher.webhooks_done(created["id"], sending)  # the sender lets go and the pass asked for is queued
+    senders.done(created["id"], sending)  # the sender lets go and the pass asked for is queued
     run_jobs()
     assert receiver.types() == ["approval.requested"] and receiver.received[0]["verified"]

@@ -10,10 +10,10 @@ from contextlib import contextmanager
 
 from sqlalchemy import select
 
+from jobs import moves as move_jobs
 from tests.conftest import BILLING, desk_app, pushed
 from webapp.agent.policies import policy_for
 from webapp.models import AuditEvent, Tenant
-from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 
@@ -54,7 +54,7 @@ def test_a_release_whose_default_is_looser_is_held_until_the_operator_accepts_it
         said = command(app, "list")
         assert "payout: Every payout call needs one approval within 24 hours. HELD: this release says:" in said
         assert "The rule goes from “always waits” to “waits above an amount”." in said
-        work.sweep()  # the sweep records it too, and the hold is audited once
+        move_jobs.sweep()  # the sweep records it too, and the hold is audited once
         (event,) = held_events()
         assert event.tenant_id is None and event.data["release"]["mode"] == "above_amount"
 

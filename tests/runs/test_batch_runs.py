@@ -14,13 +14,13 @@ import pytest
 from sqlalchemy import func, select
 
 from demo.model.batches import ERRORED_HOOK, EXPIRED_HOOK
+from jobs import batches as batch_jobs
 from tests.clients import session_as
 from tests.conftest import desk_app, pushed
 from tests.integration.test_workers import AGENT
 from webapp.audit import costs
 from webapp.models import AuditEvent, BatchRequest, Conversation, ModelCall, Run, User
 from webapp.runs import actions as runs
-from webapp.runtime import work
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.runtime.worker import PromptWorker
@@ -54,7 +54,7 @@ def settle_run(run_id: int, rounds: int = 20) -> dict[int, str]:
         now = statuses(run_id)
         if now and all(status not in ("queued", "running", "awaiting_batch") for status in now.values()):
             return now
-        work.pump_batches()
+        batch_jobs.pump()
     raise AssertionError(f"the run did not settle: {statuses(run_id)}")
 
 
@@ -98,7 +98,7 @@ def test_a_stop_while_the_batch_is_out_cancels_the_batch_and_the_run_counts_it_c
     model.hold_batches()
     run_id = start_run(api, [LOOKUP, LOOKUP])
     run_jobs()
-    work.pump_batches()
+    batch_jobs.pump()
     assert set(statuses(run_id).values()) == {"awaiting_batch"}
     assert db.session.scalars(select(BatchRequest.status)).all() == ["sent", "sent"]
 
@@ -107,7 +107,7 @@ def test_a_stop_while_the_batch_is_out_cancels_the_batch_and_the_run_counts_it_c
     run_jobs()
     assert set(statuses(run_id).values()) == {"cancelled"}
 
-    work.pump_batches()  # no one waits for the batch any more: it is cancelled at the service (held or not)
+    batch_jobs.pump()  # no one waits for the batch any more: it is cancelled at the service (held or not)
     assert set(db.session.scalars(select(BatchRequest.status)).all()) == {"discarded"}
     assert set(statuses(run_id).values()) == {"cancelled"}  # no move took the answer after the stop
     run = api.as_(AGENT).get(f"/api/runs/{run_id}").json
@@ -209,5 +209,5 @@ def test_a_stop_landing_while_a_move_parks_for_its_batch_requeues_it_and_stores_
     run_jobs()
     assert set(statuses(run_id).values()) == {"cancelled"}
     assert db.session.scalar(select(func.count(BatchRequest.id))) == 0
-    work.pump_batches()
+    batch_jobs.pump()
     assert model.batches == [] and model.requests == []

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
+from jobs import moves as move_jobs
 from tests.conftest import desk_app, pushed
 from tests.integration.test_workers import assert_valid_transcript, start, state
 from tests.model_server import Fault
 from webapp.models import AuditEvent, Conversation
-from webapp.runtime import work
+from webapp.runtime import worker_state
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
@@ -72,7 +73,7 @@ def test_one_job_makes_every_move_that_is_ready_committing_after_each(app, api, 
 def test_past_its_bound_a_job_hands_the_next_move_back_to_the_queue(app, api, model):
     conversation_id = start(api, QUESTION)
     first = versions(conversation_id)
-    outcome = work.move(conversation_id, first)
+    outcome = move_jobs.advance_conversation(conversation_id, first)
     assert outcome == "generate"  # one move, then the bound
     dispatcher = services().dispatcher
     assert dispatcher.queue.job_ids == [move_job_id(conversation_id, first + 1)]  # the rest: the moves queue
@@ -83,11 +84,11 @@ def test_past_its_bound_a_job_hands_the_next_move_back_to_the_queue(app, api, mo
 def test_a_stopping_worker_hands_the_rest_back_after_the_move_it_makes(app, api, model):
     conversation_id = start(api, QUESTION)
     first = versions(conversation_id)
-    work.stopping.set()
+    worker_state.stopping.set()
     try:
-        assert work.move(conversation_id, first) == "generate"
+        assert move_jobs.advance_conversation(conversation_id, first) == "generate"
     finally:
-        work.stopping.clear()
+        worker_state.stopping.clear()
     assert services().dispatcher.queue.job_ids == [move_job_id(conversation_id, first + 1)]
 
 
@@ -95,7 +96,7 @@ def test_a_transient_failure_after_the_first_move_gets_a_job_of_its_own_and_lose
     model.enqueue(Fault.status(529, error_type="overloaded_error"), match="tool_result")  # the answer, once
     conversation_id = start(api, QUESTION)
     first = versions(conversation_id)
-    assert work.move(conversation_id, first) == "generate run_tool handed_back"
+    assert move_jobs.advance_conversation(conversation_id, first) == "generate run_tool handed_back"
     assert services().dispatcher.queue.job_ids == [move_job_id(conversation_id, first + 2)]
     run_jobs()
     answered = state(api, conversation_id)

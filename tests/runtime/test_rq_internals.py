@@ -369,10 +369,10 @@ def test_a_job_is_a_redis_hash_and_a_queue_a_redis_list_as_the_dispatcher_reads_
 
 
 def test_a_job_enqueued_with_retries_says_how_many_are_left(app):
-    # webapp.runtime.work (a move's and a webhook's job) reads job.retries_left to tell a last attempt.
+    # jobs/moves.py and jobs/notify.py (a move's and a notice's job) read job.retries_left to tell a last attempt.
     queue = Queue(f"internals-{uuid.uuid4().hex}", connection=services().dispatcher.redis)
     job = queue.enqueue(MOVE_JOB, 1, 1, retry=Retry(max=2, interval=[1, 2]))
     assert Job.fetch(job.id, connection=queue.connection).retries_left == 2, changed(
-        "Job.retries_left", "webapp.runtime.work (moves and webhooks: the last attempt)", "a job no longer keeps it"
+        "Job.retries_left", "jobs.moves and jobs.notify (the last attempt)", "a job no longer keeps it"
     )
     queue.delete(delete_jobs=True)

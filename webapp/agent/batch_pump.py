@@ -1,6 +1,6 @@
 """The pump's steps of the batch path (see webapp/agent/batches.py): which waiting requests go now,
-what became of each sent batch, and the conversations woken for the answers. The runtime's
-`pump_batches` calls the model client between them, with no transaction open."""
+what became of each sent batch, and the conversations woken for the answers. The pump's job
+(jobs/batches.py) calls the model client between them, with no transaction open."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A conversation of a batch run (`runs.batch`) makes its generate move as any other until the model
 call: there, with no answer waiting for it, the move stores the request (a `batch_requests` row)
 and parks the conversation `awaiting_batch`, guarded as any park (a cancel asked meanwhile re-queues
-it instead). The pump (webapp/agent/batch_pump.py, run by webapp/runtime/work.py `pump_batches`
+it instead). The pump (webapp/agent/batch_pump.py, run by jobs/batches.py `pump`
 every BATCH_POLL_SECONDS and after each such park) sends the waiting requests together, one batch
 per model client, polls the open batches, and settles each answer: the row takes it, and the
 conversation is woken at the version it parked at (compare-and-set), naming the version of the

@@ -83,7 +83,7 @@ def claim(session: Session, reviewer: User, tool_call_id: int, take_over: bool =
         session.rollback()
         raise _held_by_another(call) if holder(call) else Refused(409, "not_waiting", "This call no longer waits.")
     session.commit()
-    services().dispatcher.changed(call.tenant_id)
+    services().live_events.changed(call.tenant_id)
     return call
 
 
@@ -96,7 +96,7 @@ def release(session: Session, reviewer: User, tool_call_id: int) -> ToolCall:
     if call.claimed_by_id == reviewer.id:
         call.claimed_by_id = call.claimed_until = None
         session.commit()
-        services().dispatcher.changed(call.tenant_id)
+        services().live_events.changed(call.tenant_id)
     return call
 
 
@@ -114,7 +114,7 @@ def _expire(session: Session, call: ToolCall) -> None:
     session.commit()
     if version is not None:
         conversations.enqueue_after_commit(call.conversation_id, version)
-    services().dispatcher.changed(call.tenant_id, call.conversation_id)
+    services().live_events.changed(call.tenant_id, call.conversation_id)
 
 
 def decide(

@@ -57,7 +57,7 @@ def ask(session: Session, agent: User, **request: Any) -> tuple[ToolCall, bool]:
         raise OutsideRefused(exc) from None
     if created:
         session.commit()
-        services().dispatcher.changed(call.tenant_id, call.conversation_id)
+        services().live_events.changed(call.tenant_id, call.conversation_id)
     return call, created
 
 
@@ -84,8 +84,8 @@ def wait(app: Flask, user: User, call: ToolCall, seconds: int) -> ToolCall:
     call_id, conversation_id, user_id = call.id, call.conversation_id, user.id
     db.session.remove()
     try:
-        dispatcher = services().dispatcher
-        listener = dispatcher.live.listen(user_id, [dispatcher.conversation_channel(conversation_id)])
+        live = services().live_events
+        listener = live.hub.listen(user_id, [live.conversation_channel(conversation_id)])
     except TooManyStreams:
         raise Refused(
             429, "too_many_streams", "Too many waits and live streams are open, yours or this server's; try again."
@@ -126,7 +126,7 @@ def report(session: Session, agent: User, call_id: int, *, ok: bool, summary: st
         raise OutsideRefused(exc) from None
     if changed:
         session.commit()
-        services().dispatcher.changed(call.tenant_id, call.conversation_id)
+        services().live_events.changed(call.tenant_id, call.conversation_id)
     return call
 
 
@@ -138,5 +138,5 @@ def cancel(session: Session, agent: User, call_id: int, reason: str) -> ToolCall
     if call.status == CallStatus.AWAITING_APPROVAL:
         outside.cancel(session, call, agent, reason or f"{call.source} no longer needs it.")
         session.commit()
-        services().dispatcher.changed(call.tenant_id, call.conversation_id)
+        services().live_events.changed(call.tenant_id, call.conversation_id)
     return call

@@ -199,7 +199,7 @@ def after_commit(changed: list[tuple[Conversation, int | None]]) -> None:
     for conversation, version in changed:
         if version is not None:
             enqueue_after_commit(conversation.id, version)
-        services().dispatcher.changed(conversation.tenant_id, conversation.id)
+        services().live_events.changed(conversation.tenant_id, conversation.id)
 
 
 def retry(session: Session, user: User, conversation: Conversation) -> None:

@@ -80,9 +80,8 @@ def stream(app: Flask, conversation: Conversation, user_id: int, token: str, aft
     conversation_id, tenant_id = conversation.id, conversation.tenant_id
     db.session.remove()  # a stream lives for minutes: it holds no session (nor SQLite's write lock)
     try:
-        listener = services().dispatcher.live.listen(
-            user_id, [services().dispatcher.conversation_channel(conversation_id)]
-        )
+        live = services().live_events
+        listener = live.hub.listen(user_id, [live.conversation_channel(conversation_id)])
     except TooManyStreams:
         raise Refused(
             429, "too_many_streams", "Too many live streams are open, yours or this server's; close one and try again."

@@ -38,7 +38,7 @@ TASK_PROGRESS = "conversations/_task_progress.html"  # a task's progress on its 
 @bp.get("/tenant")
 @signed_in
 def tenant():
-    return _stream([services().dispatcher.tenant_channel(current_user.tenant_id)])
+    return _stream([services().live_events.tenant_channel(current_user.tenant_id)])
 
 
 @bp.get("/conversations/<int:conversation_id>")
@@ -48,7 +48,7 @@ def conversation(conversation_id: int):
         found = conversations.find(db.session, current_user, conversation_id)
     except Refused as exc:
         abort(exc.status, description=exc.message)
-    return _stream([services().dispatcher.conversation_channel(found.id)])
+    return _stream([services().live_events.conversation_channel(found.id)])
 
 
 def _stream(channels: list[str]) -> Response:
@@ -62,7 +62,7 @@ def _stream(channels: list[str]) -> Response:
     # it waits for Redis to confirm its subscription (every other request would wait behind it).
     db.session.remove()
     try:
-        listener = services().dispatcher.live.listen(user_id, channels)
+        listener = services().live_events.hub.listen(user_id, channels)
     except TooManyStreams as exc:  # EventSource does not retry a 429: the page stays as it is
         return Response(f"{exc}\n", status=429, mimetype="text/plain", headers={"Retry-After": "60"})
     except (redis.RedisError, OSError):

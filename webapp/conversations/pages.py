@@ -70,13 +70,13 @@ def _render_conversation(
         "composer_error": composer_error,
         "conversation": conversation,
         "entries": entries,
-        "live_tasks": services().dispatcher.live_tasks(working),
+        "live_tasks": services().live_events.live_tasks(working),
         "status_labels": STATUS_LABELS,
         "unknown_stop": conversation.stop_reason not in KNOWN_STOPS | {None},
         "tools": services().tools_for(db.session, conversation.tenant_id),
         "owner": db.session.get(User, conversation.user_id),
         "composer_open": conversation.status in IDLE and conversation.user_id == current_user.id,
-        "partial_answer": services().dispatcher.partial_answer(conversation.id)
+        "partial_answer": services().live_events.partial_answer(conversation.id)
         if conversation.status in ("queued", "running")
         else "",
         "stopped_by": db.session.get(User, conversation.cancel_requested_by_id)

@@ -25,7 +25,6 @@ from webapp.agent.states import IDLE, ConversationStatus
 from webapp.audit import costs
 from webapp.conversations import actions as conversations
 from webapp.models import Conversation, ModelCall, Run, RunItem, User, utcnow
-from webapp.runtime.queue import QueueUnavailable
 from webapp.runtime.services import services
 from webapp.web.errors import Refused
 from webapp.web.pagination import Page, keyset_page
@@ -98,15 +97,23 @@ def create(
     return run
 
 
-def start_items(session: Session, run_id: int, limit: int = START_CHUNK) -> int:
-    """Start the next `limit` items of the run as conversations, in one transaction, and queue their
-    first moves; returns how many started. A stopped run starts nothing more, nor does a run whose
-    agent was disabled since (it is stopped, and says why)."""
+@dataclass(frozen=True)
+class Started:
+    """A chunk of a run's items started as conversations and committed: their first moves are to queue."""
+
+    tenant_id: int | None
+    moves: list[tuple[int, int]] = field(default_factory=list)  # (conversation, version)
+
+
+def start_items(session: Session, run_id: int, limit: int = START_CHUNK) -> Started:
+    """Start the next `limit` items of the run as conversations, in one transaction (its job,
+    jobs/runs.py, then queues their first moves). A stopped run starts nothing more, nor does a run
+    whose agent was disabled since (it is stopped, and says why)."""
     desk = services()
     run = session.get(Run, run_id, with_for_update=True)
     if run is None or run.cancelled_at is not None:
         session.rollback()
-        return 0
+        return Started(None)
     owner = session.get(User, run.user_id)
     if not owner.active:
         run.cancelled_at = utcnow()
@@ -122,7 +129,7 @@ def start_items(session: Session, run_id: int, limit: int = START_CHUNK) -> int:
             },
         )
         session.commit()
-        return 0
+        return Started(run.tenant_id)
     items = session.scalars(
         select(RunItem)
         .where(RunItem.run_id == run_id, RunItem.conversation_id.is_(None))
@@ -155,22 +162,7 @@ def start_items(session: Session, run_id: int, limit: int = START_CHUNK) -> int:
         started.append((conversation.id, version))
     run.started += len(started)
     session.commit()
-    for conversation_id, version in started:
-        try:
-            desk.dispatcher.enqueue_move(conversation_id, version)  # behind the moves people wait for
-        except QueueUnavailable:
-            pass  # the sweeper queues it once Redis is back
-    if started:
-        desk.dispatcher.changed(run.tenant_id)
-    return len(started)
-
-
-def start_all(session: Session, run_id: int) -> int:
-    """The run's items started chunk by chunk (a job's work); returns how many conversations started."""
-    total = 0
-    while started := start_items(session, run_id):
-        total += started
-    return total
+    return Started(run.tenant_id, started)
 
 
 def visible_to(user: User):

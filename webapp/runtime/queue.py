@@ -1,26 +1,25 @@
-"""Redis for the queue and live events: the connection (embedded or real), enqueueing moves with
-job ids unique to the move, and publishing events. Redis never holds state that matters."""
+"""Redis for the queue: the connection (embedded or real), the queues, enqueueing each job with a
+job id unique to what it is for, and which moves' jobs are still alive. Redis never holds state that
+matters. Live events are live_events.py; tools' background jobs as tools see them, background.py;
+the webhook senders' lock, webhook_senders.py; what each job does, jobs/."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
 import redis
-from redis.exceptions import LockError
-from redis.lock import Lock
 from rq import Queue, Retry
-from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.exceptions import DuplicateJobError
 from rq.job import Job, JobStatus
 from rq.utils import str_to_date
 
 from webapp.config import Config
 from webapp.runtime import embedded_redis
-from webapp.runtime.live_hub import LiveHub
+from webapp.runtime.webhook_senders import WEBHOOKS_FLAG_SECONDS, webhooks_job_timeout, webhooks_key
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ WEBHOOKS_JOB = "jobs.webhooks.deliver"
 MCP_CHECK_JOB = "jobs.mcp.check_servers"
 BATCH_PUMP_JOB = "jobs.batches.pump"
 RUN_START_JOB = "jobs.runs.start"
-TOOL_WORK_JOB = "jobs.tools.run"  # a tool's background work (Dispatcher.start_work)
+TOOL_WORK_JOB = "jobs.tools.run"  # a tool's background work (Dispatcher.enqueue_tool_work)
 LIVE_JOB_STATES = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 
@@ -62,28 +61,21 @@ def move_job_id(conversation_id: int, version: int, recovery: int = 0) -> str:
     return f"{base}-r{recovery}" if recovery else base
 
 
-def _partial_key(conversation_id: int) -> str:
-    """Where the answer streaming now is kept, so a page opened mid-answer shows it so far."""
-    return f"desk:partial:{conversation_id}"
-
-
-def _task_key(tool_call_id: int) -> str:
-    """Where a background job's last progress is kept, so a page drawn between two of the loop's looks
-    at the task shows the progress its live events already showed."""
-    return f"desk:task:{tool_call_id}"
-
-
-WEBHOOKS_FLAG_SECONDS = 60  # a queued webhooks job whose flag outlives this is not waited for
-
-
-def _webhooks_key(subscription_id: int, what: str = "queued") -> str:
-    """queued: set while a job sending the subscription's deliveries is queued and not yet started;
-    sending: the lock of the job sending them; again: another job asked it for one more pass."""
-    return f"desk:webhooks-{what}:{subscription_id}"
+def _enqueued(what: str, enqueue: Callable[[], object]) -> bool:
+    """Make one enqueue: False when that job exists already, or when Redis cannot take it (said in
+    the log; what the job is for is committed, and the next sweep enqueues it again)."""
+    try:
+        enqueue()
+    except DuplicateJobError:
+        return False
+    except (redis.RedisError, OSError) as exc:
+        log.warning("could not enqueue %s: %s", what, exc)
+        return False
+    return True
 
 
 class Dispatcher:
-    """Enqueues moves and publishes live events for one app."""
+    """Connects one app to Redis and enqueues its jobs; says which moves' jobs are still alive."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -91,11 +83,6 @@ class Dispatcher:
     @cached_property
     def redis(self) -> redis.Redis:
         return redis_connection(self.config)
-
-    @cached_property
-    def live(self) -> LiveHub:
-        """The process's one subscription for its live pages."""
-        return LiveHub(lambda: self.redis, self.config.live_streams_per_user, self.config.live_streams_per_process)
 
     @cached_property
     def queue(self) -> Queue:
@@ -157,6 +144,8 @@ class Dispatcher:
         return True
 
     def enqueue_sweep(self, bucket: int) -> bool:
+        """Enqueue the sweep of this bucket of SWEEP_INTERVAL_SECONDS (once for the whole fleet), ahead
+        of the moves; False if it is queued already. Redis away raises: the ticker tries again."""
         try:
             self.queue.enqueue(
                 SWEEP_JOB, job_id=f"sweep-{bucket}", unique=True, at_front=True, result_ttl=60, job_timeout=300
@@ -168,60 +157,46 @@ class Dispatcher:
     def enqueue_mcp_check(self, bucket: int) -> bool:
         """Enqueue the check of every MCP server's tools, once per bucket of MCP_CHECK_SECONDS, on the
         background queue (it waits on the servers; moves go first)."""
-        try:
-            self.background_queue.enqueue(
+        return _enqueued(
+            "the check of the MCP servers",
+            lambda: self.background_queue.enqueue(
                 MCP_CHECK_JOB,
                 job_id=f"mcp-check-{bucket}",
                 unique=True,
                 result_ttl=3600,
                 job_timeout=max(300, int(self.config.mcp_timeout_seconds * 10)),
-            )
-        except DuplicateJobError:
-            return False
-        except (redis.RedisError, OSError) as exc:  # the next sweep tries again
-            log.warning("could not enqueue the check of the MCP servers: %s", exc)
-            return False
-        return True
+            ),
+        )
 
     def enqueue_batch_pump(self, at: datetime | None = None) -> bool:
-        """Enqueue the pump of the batch runs' requests (send, poll, settle: webapp/runtime/work.py), now
-        or at `at`, once per second at most; False if that second's pump is queued already, or Redis is
-        away (the sweep enqueues one while any request is open)."""
+        """Enqueue the pump of the batch runs' requests (send, poll, settle: jobs/batches.py), now or at
+        `at`, once per second at most; False if that second's pump is queued already, or Redis is away
+        (the sweep enqueues one while any request is open)."""
         stamp = math.ceil((at or datetime.now(UTC)).timestamp())
         job = dict(job_id=f"batch-pump-{stamp}", unique=True, result_ttl=60, job_timeout=600)
-        try:
-            if at is None:
-                self.queue.enqueue(BATCH_PUMP_JOB, **job)
-            else:
-                self.queue.enqueue_at(datetime.fromtimestamp(stamp, UTC), BATCH_PUMP_JOB, **job)
-        except DuplicateJobError:
-            return False
-        except (redis.RedisError, OSError) as exc:
-            log.warning("could not enqueue the batch pump: %s", exc)
-            return False
-        return True
+        if at is None:
+            return _enqueued("the batch pump", lambda: self.queue.enqueue(BATCH_PUMP_JOB, **job))
+        due = datetime.fromtimestamp(stamp, UTC)
+        return _enqueued("the batch pump", lambda: self.queue.enqueue_at(due, BATCH_PUMP_JOB, **job))
 
     def enqueue_run_start(self, run_id: int) -> bool:
-        """Enqueue the start of a bulk run's items as conversations (webapp/runs/actions.py); False if it
-        is queued already, or Redis is away (the sweep enqueues it for any run with items left)."""
-        try:
-            self.queue.enqueue(
+        """Enqueue the start of a bulk run's items as conversations (jobs/runs.py); False if it is
+        queued already, or Redis is away (the sweep enqueues it for any run with items left)."""
+        return _enqueued(
+            f"the start of run {run_id}",
+            lambda: self.queue.enqueue(
                 RUN_START_JOB, run_id, job_id=f"run-start-{run_id}", unique=True, result_ttl=0, job_timeout=3600
-            )
-        except DuplicateJobError:
-            return False
-        except (redis.RedisError, OSError) as exc:
-            log.warning("could not enqueue the start of run %s: %s", run_id, exc)
-            return False
-        return True
+            ),
+        )
 
     def enqueue_notice(self, channel_id: int, tool_call_id: int, kind: str) -> bool:
         """Enqueue the delivery of a call's reminder or escalation through one channel, retried with
         NOTIFY_RETRY_INTERVALS; False if that job exists already or Redis cannot take it (the notice is
         then not sent: the call was marked reminded, and the inbox still shows it)."""
         intervals = list(self.config.notify_retry_intervals)
-        try:
-            self.queue.enqueue(
+        return _enqueued(
+            f"the {kind} of tool call {tool_call_id}",
+            lambda: self.queue.enqueue(
                 NOTICE_JOB,
                 channel_id,
                 tool_call_id,
@@ -232,70 +207,73 @@ class Dispatcher:
                 job_timeout=max(60, int(self.config.notify_timeout_seconds * 3)),
                 result_ttl=0,  # the deliveries table holds the outcome
                 failure_ttl=7 * 24 * 3600,
-            )
-        except DuplicateJobError:
-            return False
-        except (redis.RedisError, OSError) as exc:
-            log.warning("could not enqueue the %s of tool call %s: %s", kind, tool_call_id, exc)
-            return False
-        return True
+            ),
+        )
 
     def enqueue_webhooks(self, subscription_id: int, at: datetime | None = None) -> bool:
-        """Enqueue the job that sends a webhook subscription's deliveries (webapp/webhooks/): now,
+        """Enqueue the job that sends a webhook subscription's deliveries (jobs/webhooks.py): now,
         unless one is queued and not yet started (a flag in Redis, which the job clears as it starts,
         so an event committed after it started gets a job of its own); or at `at`, a retry's time
         (RQ's scheduler enqueues it then). False when one is queued already, or when Redis cannot take it
         (the next sweep does)."""
+        job = dict(
+            job_timeout=webhooks_job_timeout(self.config),
+            result_ttl=0,  # webhook_deliveries holds what happened
+            failure_ttl=7 * 24 * 3600,
+        )
         try:
             if at is None:
-                if not self.redis.set(_webhooks_key(subscription_id), 1, nx=True, ex=WEBHOOKS_FLAG_SECONDS):
+                if not self.redis.set(webhooks_key(subscription_id), 1, nx=True, ex=WEBHOOKS_FLAG_SECONDS):
                     return False  # one is queued: it sends this too
                 try:
-                    self.events_queue.enqueue(WEBHOOKS_JOB, subscription_id, **self._webhook_job())
+                    self.events_queue.enqueue(WEBHOOKS_JOB, subscription_id, **job)
                 except (redis.RedisError, OSError):
-                    self.redis.delete(_webhooks_key(subscription_id))  # no job is queued: the sweep's may be
+                    self.redis.delete(webhooks_key(subscription_id))  # no job is queued: the sweep's may be
                     raise
             else:
-                self.events_queue.enqueue_at(at, WEBHOOKS_JOB, subscription_id, **self._webhook_job())
+                self.events_queue.enqueue_at(at, WEBHOOKS_JOB, subscription_id, **job)
         except (redis.RedisError, OSError) as exc:
             log.warning("could not enqueue the deliveries of webhook %s: %s", subscription_id, exc)
             return False
         return True
 
-    def _webhook_job(self) -> dict:
-        return dict(
-            job_timeout=max(300, int(self.config.notify_timeout_seconds * 30)),
-            result_ttl=0,  # webhook_deliveries holds what happened
-            failure_ttl=7 * 24 * 3600,
+    def schedule_wake(self, conversation_id: int, at: datetime) -> None:
+        """Wake the conversation at `at` to hand its due tasks back to their tools (RQ's scheduler runs
+        it; the sweeper wakes any conversation whose wake-up Redis lost)."""
+        # RQ's scheduler keeps whole seconds and runs what is due in the current second: round up, or
+        # the wake-up runs before its task is due and finds nothing to do.
+        stamp = math.ceil(at.timestamp())
+        _enqueued(
+            f"the task wake-up of conversation {conversation_id}",
+            lambda: self.queue.enqueue_at(
+                datetime.fromtimestamp(stamp, UTC),
+                WAKE_JOB,
+                conversation_id,
+                job_id=f"wake-{conversation_id}-{stamp}",
+                unique=True,
+                result_ttl=0,
+            ),
         )
 
-    def webhooks_started(self, subscription_id: int) -> None:
-        """The subscription's job starts: a commit from now on enqueues another."""
-        self.redis.delete(_webhooks_key(subscription_id))
-
-    def webhooks_sending(self, subscription_id: int) -> Lock | None:
-        """Become the one job sending a subscription's deliveries (its lock), or None: another job is,
-        and is told to make one more pass (webhooks_again). One sender at a time keeps two jobs from
-        sending one delivery twice, or locking its rows in two orders."""
-        lock = self.redis.lock(_webhooks_key(subscription_id, "sending"), timeout=self._webhook_job()["job_timeout"])
-        if lock.acquire(blocking=False):
-            return lock
-        self.redis.set(_webhooks_key(subscription_id, "again"), 1, ex=WEBHOOKS_FLAG_SECONDS)
-        # The sender may have let go just now, having found no word: then this job is the sender.
-        return lock if lock.acquire(blocking=False) else None
-
-    def webhooks_again(self, subscription_id: int) -> bool:
-        """Whether a job asked the sender for one more pass since it last looked (the word is taken)."""
-        return bool(self.redis.getdel(_webhooks_key(subscription_id, "again")))
-
-    def webhooks_done(self, subscription_id: int, lock: Lock) -> None:
-        """The sender lets go; a word that came meanwhile gets a job of its own."""
+    def enqueue_tool_work(self, target: str, *args, job_id: str, timeout: int = 3600, meta: dict | None = None) -> None:
+        """Enqueue a tool's background work once, on the background queue (a second start under the same
+        id changes nothing); tools start it through background.py's BackgroundJobs.start_work."""
         try:
-            lock.release()
-        except LockError:  # held past its time: another job may be the sender now
+            self.background_queue.enqueue(
+                TOOL_WORK_JOB,
+                target,
+                *args,
+                job_id=job_id,
+                unique=True,
+                job_timeout=timeout,
+                result_ttl=86400,
+                failure_ttl=86400,
+                meta=meta,
+            )
+        except DuplicateJobError:
             pass
-        if self.webhooks_again(subscription_id):
-            self.enqueue_webhooks(subscription_id)
+
+    # --- which moves' jobs will still run (the sweeper's question) -------------------------------
 
     def waiting_move_ids(self) -> set[str]:
         """The ids of the jobs waiting on the move queues now: one read for a sweep, instead of a
@@ -345,175 +323,9 @@ class Dispatcher:
     def _waiting(self, job_id: str) -> bool:
         return any(self.redis.lpos(queue.key, job_id) is not None for queue in self.move_queues)
 
-    @cached_property
-    def _channel_prefix(self) -> str:
-        """Pub/sub channels are shared by every database of a Redis server, unlike keys: apps on
-        one server with different database numbers (staging beside production, parallel test runs)
-        would hear each other's live events, so a channel's name carries the database number."""
-        return f"desk:{self.redis.connection_pool.connection_kwargs.get('db', 0)}:"
-
-    def conversation_channel(self, conversation_id: int) -> str:
-        return f"{self._channel_prefix}conversation:{conversation_id}"
-
-    def tenant_channel(self, tenant_id: int) -> str:
-        return f"{self._channel_prefix}tenant:{tenant_id}"
-
-    def publish(self, conversation_id: int, *events: dict) -> None:
-        """Best effort: a page that misses an event catches up from the database. Several events go
-        in one round trip, in order."""
-        pipe = self.redis.pipeline(transaction=False)
-        for event in events:
-            if event.get("type") == "text":  # so a page opened mid-answer can show the answer so far
-                key = _partial_key(conversation_id)
-                pipe.append(key, event["text"]).expire(key, 600)
-            pipe.publish(self.conversation_channel(conversation_id), json.dumps(event))
-        self._publish(pipe)
-
-    def partial_answer(self, conversation_id: int) -> str:
-        """The text streamed so far by the move in flight ("" when none or Redis is away)."""
-        try:
-            value = self.redis.get(_partial_key(conversation_id))
-        except (redis.RedisError, OSError):
-            return ""
-        return value.decode("utf-8", errors="replace") if value else ""
-
-    def task_progress(
-        self, conversation_id: int, tool_call_id: int, status: str, message: str, progress: float
-    ) -> None:
-        """Tell the conversation's live pages where a call's background work stands (its job says so as
-        it goes; the loop's own look at the task still settles the call). Best effort, like publish."""
-        event = {
-            "type": "task",
-            "tool_call_id": tool_call_id,
-            "status": status,
-            "message": message,
-            "progress": progress,
-        }
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(_task_key(tool_call_id), json.dumps(event), ex=3600)
-        self._publish(pipe.publish(self.conversation_channel(conversation_id), json.dumps(event)))
-
-    def live_tasks(self, tool_call_ids: list[int]) -> dict[int, dict]:
-        """The last progress the background jobs of these calls told ({} when none or Redis is away)."""
-        if not tool_call_ids:
-            return {}
-        try:
-            values = self.redis.mget([_task_key(call_id) for call_id in tool_call_ids])
-        except (redis.RedisError, OSError):
-            return {}
-        return {call_id: json.loads(value) for call_id, value in zip(tool_call_ids, values, strict=True) if value}
-
-    def changed(self, tenant_id: int, conversation_id: int | None = None, move_done: bool = False) -> None:
-        """Signal, after a commit, that a conversation or the tenant's approvals changed. Only the
-        worker that finished a move says move_done: the answer it streamed is now in the database
-        (a web request saying so could race a worker that already started the next answer)."""
-        pipe = self.redis.pipeline(transaction=False)  # one round trip for all of it
-        if conversation_id is not None:
-            if move_done:
-                pipe.delete(_partial_key(conversation_id))
-            pipe.publish(self.conversation_channel(conversation_id), json.dumps({"type": "changed"}))
-        self._publish(pipe.publish(self.tenant_channel(tenant_id), json.dumps({"type": "approvals-changed"})))
-
-    @staticmethod
-    def _publish(pipe) -> None:
-        """Send a pipeline of publishes (and the partial answer's upkeep): best effort."""
-        try:
-            pipe.execute()
-        except (redis.RedisError, OSError) as exc:
-            log.warning("could not publish live events: %s", exc)
-
-    # --- tasks: waking a parked conversation when a task is due, and tools' background jobs -------
-
-    def schedule_wake(self, conversation_id: int, at: datetime) -> None:
-        """Wake the conversation at `at` to hand its due tasks back to their tools (RQ's scheduler runs
-        it; the sweeper wakes any conversation whose wake-up Redis lost)."""
-        # RQ's scheduler keeps whole seconds and runs what is due in the current second: round up, or
-        # the wake-up runs before its task is due and finds nothing to do.
-        stamp = math.ceil(at.timestamp())
-        try:
-            self.queue.enqueue_at(
-                datetime.fromtimestamp(stamp, UTC),
-                WAKE_JOB,
-                conversation_id,
-                job_id=f"wake-{conversation_id}-{stamp}",
-                unique=True,
-                result_ttl=0,
-            )
-        except DuplicateJobError:
-            pass
-        except (redis.RedisError, OSError) as exc:
-            log.warning("could not schedule the task wake-up of conversation %s: %s", conversation_id, exc)
-
-    def start_work(self, target: str, *args, job_id: str, timeout: int = 3600, meta: dict | None = None) -> None:
-        """Start a tool's background work once: `target` is "package.module:function", called in a worker
-        as function(BackgroundWork, *args) (webapp/tools/tasks.py); see start_background for the rest."""
-        self.start_background(TOOL_WORK_JOB, target, *args, job_id=job_id, timeout=timeout, meta=meta)
-
-    def start_background(self, func, *args, job_id: str, timeout: int = 3600, meta: dict | None = None) -> None:
-        """Start a tool's background job once: a second start under the same id changes nothing. `meta`
-        starts the job's meta (the conversation and call it works for, whose page it tells its progress)."""
-        try:
-            self.background_queue.enqueue(
-                func,
-                *args,
-                job_id=job_id,
-                unique=True,
-                job_timeout=timeout,
-                result_ttl=86400,
-                failure_ttl=86400,
-                meta=meta,
-            )
-        except DuplicateJobError:
-            pass
-
-    def background_state(self, job_id: str) -> BackgroundState | None:
-        """Where a background job stands; None when Redis no longer knows it."""
-        try:
-            job = Job.fetch(job_id, connection=self.redis)
-        except NoSuchJobError:
-            return None
-        status = job.get_status(refresh=False)
-        error = None
-        if status == JobStatus.FAILED:
-            result = job.latest_result()
-            error = (result.exc_string or "").strip().splitlines()[-1:] if result else []
-            error = error[0] if error else "the job failed"
-        return BackgroundState(
-            status=str(status.value if hasattr(status, "value") else status),
-            meta=dict(job.meta or {}),
-            result=job.return_value() if status == JobStatus.FINISHED else None,
-            error=error,
-        )
-
-    def background_cancelled(self, job_id: str) -> bool:
-        """Whether a tool asked its background job to stop (the job checks between its steps)."""
-        return bool(self.redis.exists(background_cancel_key(job_id)))
-
-    def cancel_background(self, job_id: str) -> None:
-        """Stop a background job: a waiting one is cancelled, a running one is asked to stop."""
-        self.redis.set(background_cancel_key(job_id), "1", ex=86400)
-        try:
-            job = Job.fetch(job_id, connection=self.redis)
-        except NoSuchJobError:
-            return
-        if job.get_status(refresh=False) in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
-            job.cancel()
-
-
-@dataclass(frozen=True)
-class BackgroundState:
-    status: str  # queued | started | finished | failed | ... (RQ's job statuses)
-    meta: dict
-    result: object = None
-    error: str | None = None
-
 
 def _since(moment: datetime | None) -> timedelta:
     """How long ago an RQ timestamp was (RQ stores them naive, in UTC); forever when unknown."""
     if moment is None:
         return timedelta.max
     return datetime.now(UTC) - (moment if moment.tzinfo else moment.replace(tzinfo=UTC))
-
-
-def background_cancel_key(job_id: str) -> str:
-    return f"desk:cancel:{job_id}"

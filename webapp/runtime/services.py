@@ -16,6 +16,8 @@ from webapp.agent.workspace import Tail
 from webapp.config import Config
 from webapp.llm.choice import choice_for
 from webapp.models import Conversation, Tenant
+from webapp.runtime.background import BackgroundJobs
+from webapp.runtime.live_events import LiveEvents
 from webapp.runtime.queue import Dispatcher
 from webapp.runtime.webhook_trigger import Subscribed
 from webapp.tools import external, mcp
@@ -35,11 +37,20 @@ class TenantTools:
 @dataclass
 class Services:
     config: Config
-    dispatcher: Dispatcher
+    dispatcher: Dispatcher  # the queues: what is enqueued, and which moves are alive
     tools: ToolRegistry  # the built-in tools; a tenant's conversations use tools_for(tenant)
     subscribed: Subscribed = field(default_factory=Subscribed, repr=False)  # tenants with webhooks
+    live_events: LiveEvents | None = field(init=False, repr=False)  # what the open pages hear
+    background: BackgroundJobs | None = field(init=False, repr=False)  # tools' background jobs (context.background)
     _tenant_tools: dict[int, TenantTools] = field(default_factory=dict, repr=False)
     _tenant_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        # Both over the dispatcher's Redis (one connection pool per process); a desk without one (the
+        # loop's own tests) publishes nothing and has no background jobs.
+        has_queue = self.dispatcher is not None
+        self.live_events = LiveEvents(self.config, lambda: self.dispatcher.redis) if has_queue else None
+        self.background = BackgroundJobs(self.dispatcher) if has_queue else None
 
     def tenant_tools(self, session: Session, tenant_id: int, version: int | None = None) -> TenantTools:
         """The tenant's registry (the built-in tools, its MCP servers' tools, webapp/tools/mcp/, and the
@@ -83,9 +94,9 @@ class Services:
                 tool_output_limit=self.config.tool_output_limit,
                 window=Window(choice.context_window, self.config.max_tokens, compact_at=self.config.compact_at),
             ),
-            events=self.dispatcher,
+            events=self.live_events,
             should_stop=should_stop,
-            background=self.dispatcher,
+            background=self.background,
             router=choice.router,
             route=choice.reason,
         )

@@ -33,7 +33,7 @@ from rq.worker import WorkerStatus
 
 from webapp import logs
 from webapp.agent import moves
-from webapp.runtime import work
+from webapp.runtime import worker_state
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools import mcp
@@ -91,7 +91,7 @@ class PoolWorker(PromptWorker):
         # The last `people_slots` free slots take only jobs of `people_queue` (the first of `queues`).
         self.people_queue = people_queue
         self.people_slots = min(people_slots, concurrency - 1) if people_queue is not None else 0
-        work.stopping.clear()
+        worker_state.stopping.clear()
         self.stop_grace_seconds = stop_grace_seconds
         self._free = threading.BoundedSemaphore(concurrency)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="slot")
@@ -104,7 +104,7 @@ class PoolWorker(PromptWorker):
     def serialize(self) -> dict:
         """RQ's worker record in Redis, with the number of slots (the ops page and /metrics read it) and
         the moves made so far (the ops page; a heartbeat brings it up to date)."""
-        return {**super().serialize(), "slots": self.concurrency, "moves": work.moves_made()}
+        return {**super().serialize(), "slots": self.concurrency, "moves": worker_state.moves_made()}
 
     def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
         """Take a job only once a slot is free (heartbeating meanwhile), so a job taken is a job
@@ -193,7 +193,7 @@ class PoolWorker(PromptWorker):
             return
         beat = self.connection.pipeline(transaction=False)
         super().heartbeat(pipeline=beat)
-        beat.hset(self.key, "moves", work.moves_made())
+        beat.hset(self.key, "moves", worker_state.moves_made())
         beat.execute()
         self._beat = time.monotonic()
 
@@ -217,7 +217,7 @@ class PoolWorker(PromptWorker):
         """Warm shutdown (RQ's signal handler): take no more jobs. The main thread is interrupted
         only while it listens for one, never while it hands a job to a slot."""
         self._stop_requested = True
-        work.stopping.set()  # a job working a conversation's moves back to back hands the rest back
+        worker_state.stopping.set()  # a job working a conversation's moves back to back hands the rest back
         self.set_shutdown_requested_date()
         if self._listening:
             raise StopRequested()
@@ -232,7 +232,7 @@ class PoolWorker(PromptWorker):
         if stranded:
             with self.app.app_context():
                 try:
-                    released = moves.release_leases(db.session, work.process_owner())
+                    released = moves.release_leases(db.session, worker_state.process_owner())
                     db.session.commit()
                 finally:
                     db.session.remove()

@@ -44,7 +44,7 @@ class ToolContext:
     tenant_id: int
     tool_call_id: int
     idempotency_key: str
-    background: Any = None  # starts and follows background jobs for tasks (webapp.runtime.queue.Dispatcher)
+    background: Any = None  # starts and follows background jobs for tasks (webapp.runtime.background.BackgroundJobs)
     conversation_id: int | None = None  # whose page a background job tells of its progress
 
 

@@ -14,7 +14,7 @@ then marked failed. Events of one conversation go out in their order: one not ye
 conversation's later ones (for that subscription only). The body is built once, when the delivery is
 made, so every attempt and every redelivery sends the same bytes under the same `webhook-id`.
 
-The jobs that run this (webapp/runtime/work.py `deliver_webhooks`) are enqueued after a commit that
+The jobs that run this (jobs/webhooks.py `deliver`) are enqueued after a commit that
 audited an event of a subscribed tenant, and by every sweep for subscriptions with work left.
 """
 
