@@ -1,6 +1,6 @@
 """The periodic check of MCP servers' tools (every MCP_CHECK_SECONDS, enqueued by the sweep): a tool
 changed since an admin accepted it is held at once, so the model is no longer offered it, and one
-changed back is released; each is audited. What counts as changed is webapp/tools/mcp.py's rule;
+changed back is released; each is audited. What counts as changed is webapp/tools/mcp/'s rule;
 this job asks each server with no transaction open, then locks the server's row to record it."""
 
 from __future__ import annotations

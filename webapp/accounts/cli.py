@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 from flask import Flask
-from flask.cli import AppGroup
+from flask.cli import AppGroup, with_appcontext
 from sqlalchemy import select
 
 from webapp import audit_chain, identity
@@ -35,126 +35,138 @@ def register(app: Flask) -> None:
     _register_role_changes(app)
 
 
+@click.command("create-user")
+@click.argument("email")
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    required=True,
+    type=click.Choice(ROLES),
+    help="Repeat for several roles.",
+)
+@click.option("--tenant", "tenant_slug", required=True, help="Tenant slug; created if missing.")
+@click.option("--password", required=True, help="At least 8 characters.")
+@click.option("--name", "display_name", default="", help="Display name.")
+@with_appcontext
+def create_user_command(email, roles, tenant_slug, password, display_name):
+    """Create a user with one or more roles in a tenant."""
+    try:
+        tenant = get_or_create_tenant(db.session, tenant_slug)
+        user = create_user(db.session, email, password, list(roles), tenant, display_name)
+    except AccountError as exc:
+        db.session.rollback()
+        raise click.UsageError(str(exc)) from None
+    db.session.commit()
+    click.echo(f"Created {user.email} ({', '.join(user.roles)}) in tenant {tenant.slug}.")
+
+
+@click.command("create-operator")
+@click.argument("email")
+@click.option(
+    "--password",
+    prompt=True,
+    hide_input=True,
+    confirmation_prompt=True,
+    help="At least 8 characters (asked for when not given).",
+)
+@click.option("--name", "display_name", default="", help="Display name.")
+@with_appcontext
+def create_operator_command(email, password, display_name):
+    """Create an operator: a person of no tenant who sees the whole fleet on /ops and /metrics and
+    nothing of any tenant (no conversations, approvals, audit log or admin pages)."""
+    try:
+        user = create_operator(db.session, email, password, display_name)
+    except AccountError as exc:
+        db.session.rollback()
+        raise click.UsageError(str(exc)) from None
+    audit_chain.record(
+        db.session,
+        "operator_created",
+        tenant_id=user.tenant_id,
+        actor_label="command line",
+        data={"user_id": user.id, "email": user.email},
+    )
+    db.session.commit()
+    click.echo(
+        f"Created operator {user.email}: signs in to see every worker, queue and failed job on /ops and the "
+        "fleet's figures on /metrics, and no tenant's pages."
+    )
+
+
+@click.command("create-token")
+@click.argument("email")
+@click.option("--name", default="", help="What the token is for (shown on the tokens page).")
+@click.option(
+    "--expires-days",
+    type=click.IntRange(1, MAX_TOKEN_DAYS),
+    default=None,
+    help="Days until it stops working by itself (default: until revoked).",
+)
+@with_appcontext
+def create_token_command(email, name, expires_days):
+    """Issue an API token for a user; the token is the last line printed."""
+    user = db.session.scalar(select(User).where(User.email == email.strip().lower()))
+    if user is None or not user.active:
+        raise click.UsageError(f"No active user {email}; create one with create-user.")
+    if user.is_operator:
+        raise click.UsageError(
+            f"{user.email} is an operator, and the API is for tenants' people: operators sign in to /ops and "
+            "/metrics in a browser, and Prometheus scrapes /metrics with METRICS_TOKEN."
+        )
+    try:
+        row, token = issue_token(db.session, user, name, expires_days)
+    except AccountError as exc:
+        db.session.rollback()
+        raise click.UsageError(str(exc)) from None
+    audit_chain.record(
+        db.session,
+        "api_token_created",
+        tenant_id=user.tenant_id,
+        actor_label="command line",
+        data={"token_id": row.id, "name": row.name, "prefix": row.prefix, "user_id": user.id, "email": user.email},
+    )
+    db.session.commit()
+    click.echo(f"API token #{row.id} for {user.email} (shown once, store it now):")
+    click.echo(token)
+
+
+@click.command("revoke-token")
+@click.argument("token")
+@with_appcontext
+def revoke_token_command(token):
+    """Revoke an API token for good, by its number or its first characters (as the tokens page shows them)."""
+    try:
+        row = find_token(db.session, token)
+    except AccountError as exc:
+        raise click.UsageError(str(exc)) from None
+    label = f"#{row.id}{' ' + row.prefix if row.prefix else ''}{' (' + row.name + ')' if row.name else ''}"
+    if not revoke_token(db.session, row):
+        click.echo(f"API token {label} of {row.user.email} was already revoked.")
+        return
+    audit_chain.record(
+        db.session,
+        "api_token_revoked",
+        tenant_id=row.user.tenant_id,
+        actor_label="command line",
+        data={
+            "token_id": row.id,
+            "name": row.name,
+            "prefix": row.prefix,
+            "user_id": row.user_id,
+            "email": row.user.email,
+        },
+    )
+    db.session.commit()
+    click.echo(f"Revoked API token {label} of {row.user.email}; programs using it are refused from now on.")
+
+
 def _register_people(app: Flask) -> None:
     """`flask create-user|create-operator|create-token|revoke-token`."""
-
-    @app.cli.command("create-user")
-    @click.argument("email")
-    @click.option(
-        "--role",
-        "roles",
-        multiple=True,
-        required=True,
-        type=click.Choice(ROLES),
-        help="Repeat for several roles.",
-    )
-    @click.option("--tenant", "tenant_slug", required=True, help="Tenant slug; created if missing.")
-    @click.option("--password", required=True, help="At least 8 characters.")
-    @click.option("--name", "display_name", default="", help="Display name.")
-    def create_user_command(email, roles, tenant_slug, password, display_name):
-        """Create a user with one or more roles in a tenant."""
-        try:
-            tenant = get_or_create_tenant(db.session, tenant_slug)
-            user = create_user(db.session, email, password, list(roles), tenant, display_name)
-        except AccountError as exc:
-            db.session.rollback()
-            raise click.UsageError(str(exc)) from None
-        db.session.commit()
-        click.echo(f"Created {user.email} ({', '.join(user.roles)}) in tenant {tenant.slug}.")
-
-    @app.cli.command("create-operator")
-    @click.argument("email")
-    @click.option(
-        "--password",
-        prompt=True,
-        hide_input=True,
-        confirmation_prompt=True,
-        help="At least 8 characters (asked for when not given).",
-    )
-    @click.option("--name", "display_name", default="", help="Display name.")
-    def create_operator_command(email, password, display_name):
-        """Create an operator: a person of no tenant who sees the whole fleet on /ops and /metrics and
-        nothing of any tenant (no conversations, approvals, audit log or admin pages)."""
-        try:
-            user = create_operator(db.session, email, password, display_name)
-        except AccountError as exc:
-            db.session.rollback()
-            raise click.UsageError(str(exc)) from None
-        audit_chain.record(
-            db.session,
-            "operator_created",
-            tenant_id=user.tenant_id,
-            actor_label="command line",
-            data={"user_id": user.id, "email": user.email},
-        )
-        db.session.commit()
-        click.echo(
-            f"Created operator {user.email}: signs in to see every worker, queue and failed job on /ops and the "
-            "fleet's figures on /metrics, and no tenant's pages."
-        )
-
-    @app.cli.command("create-token")
-    @click.argument("email")
-    @click.option("--name", default="", help="What the token is for (shown on the tokens page).")
-    @click.option(
-        "--expires-days",
-        type=click.IntRange(1, MAX_TOKEN_DAYS),
-        default=None,
-        help="Days until it stops working by itself (default: until revoked).",
-    )
-    def create_token_command(email, name, expires_days):
-        """Issue an API token for a user; the token is the last line printed."""
-        user = db.session.scalar(select(User).where(User.email == email.strip().lower()))
-        if user is None or not user.active:
-            raise click.UsageError(f"No active user {email}; create one with create-user.")
-        if user.is_operator:
-            raise click.UsageError(
-                f"{user.email} is an operator, and the API is for tenants' people: operators sign in to /ops and "
-                "/metrics in a browser, and Prometheus scrapes /metrics with METRICS_TOKEN."
-            )
-        try:
-            row, token = issue_token(db.session, user, name, expires_days)
-        except AccountError as exc:
-            db.session.rollback()
-            raise click.UsageError(str(exc)) from None
-        audit_chain.record(
-            db.session,
-            "api_token_created",
-            tenant_id=user.tenant_id,
-            actor_label="command line",
-            data={"token_id": row.id, "name": row.name, "prefix": row.prefix, "user_id": user.id, "email": user.email},
-        )
-        db.session.commit()
-        click.echo(f"API token #{row.id} for {user.email} (shown once, store it now):")
-        click.echo(token)
-
-    @app.cli.command("revoke-token")
-    @click.argument("token")
-    def revoke_token_command(token):
-        """Revoke an API token for good, by its number or its first characters (as the tokens page shows them)."""
-        try:
-            row = find_token(db.session, token)
-        except AccountError as exc:
-            raise click.UsageError(str(exc)) from None
-        label = f"#{row.id}{' ' + row.prefix if row.prefix else ''}{' (' + row.name + ')' if row.name else ''}"
-        if not revoke_token(db.session, row):
-            click.echo(f"API token {label} of {row.user.email} was already revoked.")
-            return
-        audit_chain.record(
-            db.session,
-            "api_token_revoked",
-            tenant_id=row.user.tenant_id,
-            actor_label="command line",
-            data={
-                "token_id": row.id,
-                "name": row.name,
-                "prefix": row.prefix,
-                "user_id": row.user_id,
-                "email": row.user.email,
-            },
-        )
-        db.session.commit()
-        click.echo(f"Revoked API token {label} of {row.user.email}; programs using it are refused from now on.")
+    app.cli.add_command(create_user_command)
+    app.cli.add_command(create_operator_command)
+    app.cli.add_command(create_token_command)
+    app.cli.add_command(revoke_token_command)
 
 
 def _register_role_changes(app: Flask) -> None:

@@ -29,153 +29,162 @@ def register(app: Flask) -> None:
     _register_defaults(app)
 
 
+endpoint_group = AppGroup(
+    "endpoint",
+    help="Model endpoints: Anthropic-compatible servers a tenant can be served by, once allowed for it.",
+)
+
+
+_tenant_option = click.option(
+    "--tenant",
+    "tenant_slugs",
+    multiple=True,
+    metavar="SLUG",
+    help="A tenant (its slug) that may use the endpoint; repeat for more.",
+)
+
+
+def _echo_access(change: grants.AccessChange) -> None:
+    for sentence in change.sentences(services().config.model):
+        click.echo(sentence)
+
+
+@endpoint_group.command("add")
+@click.argument("name")
+@click.option("--base-url", required=True, help="The server, e.g. http://127.0.0.1:11434 (Ollama).")
+@click.option("--model", required=True, help="The model to ask there, e.g. qwen3:8b.")
+@click.option("--api-key", default=None, help="Stored encrypted; local servers need none.")
+@click.option(
+    "--api-key-env", default=None, help="Or: the environment variable that holds the key, named MODEL_KEY_..."
+)
+@click.option(
+    "--protocol",
+    type=click.Choice(endpoints.PROTOCOLS),
+    default="tools",
+    show_default=True,
+    help="tools: native tool use; react: tools as text, for models without tool use.",
+)
+@click.option(
+    "--context-window", type=click.IntRange(min=1), default=None, help="Tokens (default: CONTEXT_WINDOW_TOKENS)."
+)
+@_tenant_option
+def endpoint_add_command(name, base_url, model, api_key, api_key_env, protocol, context_window, tenant_slugs):
+    """Register an endpoint NAME (a-z, 0-9, - and _), allowed for the tenants given with --tenant."""
+    try:
+        endpoint = ops_actions.add_endpoint(
+            db.session,
+            services().config,
+            name,
+            tenants=tenant_slugs,
+            actor_label="command line",
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            api_key_env=api_key_env,
+            protocol=protocol,
+            context_window=context_window,
+        )
+    except endpoints.EndpointError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"Added {endpoints.describe(endpoint)}")
+    click.echo(grants.who_may_use(db.session, endpoint))
+
+
+@endpoint_group.command("update")
+@click.argument("name")
+@click.option("--base-url", default=None, help="The server. Left out: as it is.")
+@click.option("--model", default=None, help="The model to ask there. Left out: as it is.")
+@click.option("--api-key", default=None, help="A new key, stored encrypted.")
+@click.option("--api-key-env", default=None, help="Or: the variable that holds the key, named MODEL_KEY_...")
+@click.option("--forget-key", is_flag=True, help="Drop the key (a local server that needs none).")
+@click.option("--protocol", type=click.Choice(endpoints.PROTOCOLS), default=None, help="Left out: as it is.")
+@click.option(
+    "--context-window",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Tokens; 0: the desk's CONTEXT_WINDOW_TOKENS. Left out: as it is.",
+)
+def endpoint_update_command(name, base_url, model, api_key, api_key_env, forget_key, protocol, context_window):
+    """Change the endpoint NAME: only what is given changes (the key stays unless replaced or dropped)."""
+    try:
+        endpoint = endpoints.endpoint_named(db.session, name)
+        key_given = api_key or api_key_env or forget_key
+        ops_actions.change_endpoint(
+            db.session,
+            services().config,
+            endpoint,
+            actor_label="command line",
+            base_url=endpoint.base_url if base_url is None else base_url,
+            model=endpoint.model if model is None else model,
+            protocol=protocol or endpoint.protocol,
+            context_window=endpoint.context_window if context_window is None else (context_window or None),
+            api_key=api_key,
+            # (left out: the variable named now, checked again like a new one)
+            api_key_env=api_key_env if key_given else endpoint.api_key_env,
+            forget_key=forget_key,
+        )
+    except endpoints.EndpointError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"Changed {endpoints.describe(endpoint)}. Running workers use it from their next model call.")
+
+
+@endpoint_group.command("allow")
+@click.argument("name")
+@_tenant_option
+def endpoint_allow_command(name: str, tenant_slugs: tuple[str, ...]) -> None:
+    """Let the tenants given with --tenant use the endpoint NAME: their admins may then choose it."""
+    if not tenant_slugs:
+        raise click.UsageError("Name a tenant with --tenant SLUG (repeat it for more).")
+    try:
+        endpoint = endpoints.endpoint_named(db.session, name)
+        change = ops_actions.change_access(db.session, endpoint, allow=tenant_slugs, actor_label="command line")
+    except endpoints.EndpointError as exc:
+        raise click.UsageError(str(exc)) from None
+    _echo_access(change)
+
+
+@endpoint_group.command("disallow")
+@click.argument("name")
+@_tenant_option
+def endpoint_disallow_command(name: str, tenant_slugs: tuple[str, ...]) -> None:
+    """Withdraw the endpoint NAME from the tenants given with --tenant. A tenant it serves goes back to
+    the default model; one that routes simple questions to it stops routing."""
+    if not tenant_slugs:
+        raise click.UsageError("Name a tenant with --tenant SLUG (repeat it for more).")
+    try:
+        endpoint = endpoints.endpoint_named(db.session, name)
+        change = ops_actions.change_access(db.session, endpoint, disallow=tenant_slugs, actor_label="command line")
+    except endpoints.EndpointError as exc:
+        raise click.UsageError(str(exc)) from None
+    _echo_access(change)
+
+
+@endpoint_group.command("list")
+def endpoint_list_command() -> None:
+    """The registered endpoints, the tenants that may use each and those each serves (keys are never shown)."""
+    served: dict[int | None, list[str]] = {}
+    classifies: dict[int | None, list[str]] = {}
+    tenants = select(Tenant.slug, Tenant.endpoint_id, Tenant.small_endpoint_id).where(
+        Tenant.slug != OPERATIONS_SLUG
+    )  # (operators talk to no model)
+    for slug, endpoint_id, small_id in db.session.execute(tenants.order_by(Tenant.slug)):
+        served.setdefault(endpoint_id, []).append(slug)
+        classifies.setdefault(small_id, []).append(slug)
+    may_use = grants.allowed_tenants(db.session)
+    click.echo(
+        f"default: {services().config.model} (configured); serves {', '.join(served.get(None, [])) or 'no tenant'}"
+    )
+    for endpoint in db.session.scalars(select(ModelEndpoint).order_by(ModelEndpoint.name)):
+        small = f"; small endpoint of {', '.join(classifies[endpoint.id])}" if endpoint.id in classifies else ""
+        allowed = ", ".join(may_use.get(endpoint.id, [])) or "no tenant"
+        click.echo(
+            f"{endpoints.describe(endpoint)}; may be used by {allowed}; "
+            f"serves {', '.join(served.get(endpoint.id, [])) or 'no tenant'}{small}"
+        )
+
+
 def _register_endpoints(app: Flask) -> None:
     """`flask endpoint ...`: Anthropic-compatible servers, and the tenants each may serve."""
-    endpoint_group = AppGroup(
-        "endpoint",
-        help="Model endpoints: Anthropic-compatible servers a tenant can be served by, once allowed for it.",
-    )
-    tenant_option = click.option(
-        "--tenant",
-        "tenant_slugs",
-        multiple=True,
-        metavar="SLUG",
-        help="A tenant (its slug) that may use the endpoint; repeat for more.",
-    )
-
-    def echo_access(change: grants.AccessChange) -> None:
-        for sentence in change.sentences(services().config.model):
-            click.echo(sentence)
-
-    @endpoint_group.command("add")
-    @click.argument("name")
-    @click.option("--base-url", required=True, help="The server, e.g. http://127.0.0.1:11434 (Ollama).")
-    @click.option("--model", required=True, help="The model to ask there, e.g. qwen3:8b.")
-    @click.option("--api-key", default=None, help="Stored encrypted; local servers need none.")
-    @click.option(
-        "--api-key-env", default=None, help="Or: the environment variable that holds the key, named MODEL_KEY_..."
-    )
-    @click.option(
-        "--protocol",
-        type=click.Choice(endpoints.PROTOCOLS),
-        default="tools",
-        show_default=True,
-        help="tools: native tool use; react: tools as text, for models without tool use.",
-    )
-    @click.option(
-        "--context-window", type=click.IntRange(min=1), default=None, help="Tokens (default: CONTEXT_WINDOW_TOKENS)."
-    )
-    @tenant_option
-    def endpoint_add_command(name, base_url, model, api_key, api_key_env, protocol, context_window, tenant_slugs):
-        """Register an endpoint NAME (a-z, 0-9, - and _), allowed for the tenants given with --tenant."""
-        try:
-            endpoint = ops_actions.add_endpoint(
-                db.session,
-                services().config,
-                name,
-                tenants=tenant_slugs,
-                actor_label="command line",
-                base_url=base_url,
-                model=model,
-                api_key=api_key,
-                api_key_env=api_key_env,
-                protocol=protocol,
-                context_window=context_window,
-            )
-        except endpoints.EndpointError as exc:
-            raise click.UsageError(str(exc)) from None
-        click.echo(f"Added {endpoints.describe(endpoint)}")
-        click.echo(grants.who_may_use(db.session, endpoint))
-
-    @endpoint_group.command("update")
-    @click.argument("name")
-    @click.option("--base-url", default=None, help="The server. Left out: as it is.")
-    @click.option("--model", default=None, help="The model to ask there. Left out: as it is.")
-    @click.option("--api-key", default=None, help="A new key, stored encrypted.")
-    @click.option("--api-key-env", default=None, help="Or: the variable that holds the key, named MODEL_KEY_...")
-    @click.option("--forget-key", is_flag=True, help="Drop the key (a local server that needs none).")
-    @click.option("--protocol", type=click.Choice(endpoints.PROTOCOLS), default=None, help="Left out: as it is.")
-    @click.option(
-        "--context-window",
-        type=click.IntRange(min=0),
-        default=None,
-        help="Tokens; 0: the desk's CONTEXT_WINDOW_TOKENS. Left out: as it is.",
-    )
-    def endpoint_update_command(name, base_url, model, api_key, api_key_env, forget_key, protocol, context_window):
-        """Change the endpoint NAME: only what is given changes (the key stays unless replaced or dropped)."""
-        try:
-            endpoint = endpoints.endpoint_named(db.session, name)
-            key_given = api_key or api_key_env or forget_key
-            ops_actions.change_endpoint(
-                db.session,
-                services().config,
-                endpoint,
-                actor_label="command line",
-                base_url=endpoint.base_url if base_url is None else base_url,
-                model=endpoint.model if model is None else model,
-                protocol=protocol or endpoint.protocol,
-                context_window=endpoint.context_window if context_window is None else (context_window or None),
-                api_key=api_key,
-                # (left out: the variable named now, checked again like a new one)
-                api_key_env=api_key_env if key_given else endpoint.api_key_env,
-                forget_key=forget_key,
-            )
-        except endpoints.EndpointError as exc:
-            raise click.UsageError(str(exc)) from None
-        click.echo(f"Changed {endpoints.describe(endpoint)}. Running workers use it from their next model call.")
-
-    @endpoint_group.command("allow")
-    @click.argument("name")
-    @tenant_option
-    def endpoint_allow_command(name: str, tenant_slugs: tuple[str, ...]) -> None:
-        """Let the tenants given with --tenant use the endpoint NAME: their admins may then choose it."""
-        if not tenant_slugs:
-            raise click.UsageError("Name a tenant with --tenant SLUG (repeat it for more).")
-        try:
-            endpoint = endpoints.endpoint_named(db.session, name)
-            change = ops_actions.change_access(db.session, endpoint, allow=tenant_slugs, actor_label="command line")
-        except endpoints.EndpointError as exc:
-            raise click.UsageError(str(exc)) from None
-        echo_access(change)
-
-    @endpoint_group.command("disallow")
-    @click.argument("name")
-    @tenant_option
-    def endpoint_disallow_command(name: str, tenant_slugs: tuple[str, ...]) -> None:
-        """Withdraw the endpoint NAME from the tenants given with --tenant. A tenant it serves goes back to
-        the default model; one that routes simple questions to it stops routing."""
-        if not tenant_slugs:
-            raise click.UsageError("Name a tenant with --tenant SLUG (repeat it for more).")
-        try:
-            endpoint = endpoints.endpoint_named(db.session, name)
-            change = ops_actions.change_access(db.session, endpoint, disallow=tenant_slugs, actor_label="command line")
-        except endpoints.EndpointError as exc:
-            raise click.UsageError(str(exc)) from None
-        echo_access(change)
-
-    @endpoint_group.command("list")
-    def endpoint_list_command() -> None:
-        """The registered endpoints, the tenants that may use each and those each serves (keys are never shown)."""
-        served: dict[int | None, list[str]] = {}
-        classifies: dict[int | None, list[str]] = {}
-        tenants = select(Tenant.slug, Tenant.endpoint_id, Tenant.small_endpoint_id).where(
-            Tenant.slug != OPERATIONS_SLUG
-        )  # (operators talk to no model)
-        for slug, endpoint_id, small_id in db.session.execute(tenants.order_by(Tenant.slug)):
-            served.setdefault(endpoint_id, []).append(slug)
-            classifies.setdefault(small_id, []).append(slug)
-        may_use = grants.allowed_tenants(db.session)
-        click.echo(
-            f"default: {services().config.model} (configured); serves {', '.join(served.get(None, [])) or 'no tenant'}"
-        )
-        for endpoint in db.session.scalars(select(ModelEndpoint).order_by(ModelEndpoint.name)):
-            small = f"; small endpoint of {', '.join(classifies[endpoint.id])}" if endpoint.id in classifies else ""
-            allowed = ", ".join(may_use.get(endpoint.id, [])) or "no tenant"
-            click.echo(
-                f"{endpoints.describe(endpoint)}; may be used by {allowed}; "
-                f"serves {', '.join(served.get(endpoint.id, [])) or 'no tenant'}{small}"
-            )
-
     app.cli.add_command(endpoint_group)
 
 

@@ -136,176 +136,184 @@ def _register_policy_changes(app: Flask) -> None:
     app.cli.add_command(changes_group)
 
 
+mcp_group = AppGroup("mcp", help="MCP servers whose tools join a tenant's assistant, behind the approval gate.")
+
+
+def _mcp_tenant(slug: str) -> Tenant:
+    tenant = identity.tenant_of(db.session, slug)
+    if tenant is None:
+        raise click.UsageError(f"There is no tenant {slug.strip()!r}; `flask mcp list` shows the tenants' servers.")
+    return tenant
+
+
+def _tool_lines(server: McpServer) -> list[str]:
+    registry = services().tools_for(db.session, server.tenant_id)
+    lines = []
+    for row in server.tools:
+        tool = registry.get(row.registry_name)
+        if row.held:
+            rule = "HELD: changed since accepted; accept it on the MCP servers page"
+        else:
+            rule = "runs at once (read-only)" if tool and not tool.sensitive else "waits for one approval"
+        mapped = "; ".join(mcp.mapping_words(row.mapping))
+        lines.append(f"  {row.registry_name} ({row.remote_name}): {rule}{'; ' + mapped if mapped else ''}")
+    return lines
+
+
+@mcp_group.command("add")
+@click.argument("name")
+@click.option("--tenant", "slug", required=True, help="The tenant whose assistant gets the tools.")
+@click.option("--url", default=None, help="A streamable HTTP server, e.g. https://mcp.example.com/mcp.")
+@click.option(
+    "--command",
+    default=None,
+    help='Or: a local server the desk starts, e.g. "python -m inventory"; it gets PATH and the --env variables, '
+    "nothing else of the desk's environment.",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    help='"Name: value", sent with every request; stored encrypted, or "Name: $VARIABLE" to read it from the '
+    "environment at each use.",
+)
+@click.option(
+    "--env",
+    "environment",
+    multiple=True,
+    help="NAME=value, a variable of the started server (with --command); stored encrypted and never shown, or "
+    "NAME=$VARIABLE to pass the desk's own at each start.",
+)
+@click.option(
+    "--cwd", "working_directory", default=None, help="The started server's working directory (an absolute path)."
+)
+def add_command(
+    name: str,
+    slug: str,
+    url: str | None,
+    command: str | None,
+    headers: tuple[str, ...],
+    environment: tuple[str, ...],
+    working_directory: str | None,
+) -> None:
+    """Register the MCP server NAME for a tenant, connect to it, and list the tools it offers."""
+    try:
+        tenant = _mcp_tenant(slug)
+    except click.UsageError as exc:
+        attempt = {"url": url, "command": command, "headers": list(headers), "environment": list(environment)}
+        mcp_actions.refused_add(db.session, None, None, name, exc.message, tenant=slug, **attempt)
+        raise
+    try:
+        server, report = mcp_actions.add(
+            db.session,
+            tenant.id,
+            None,
+            name,
+            url=url,
+            command=command,
+            headers=list(headers),
+            environment=list(environment),
+            working_directory=working_directory,
+        )
+    except mcp.McpError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"Added MCP server {server.name} to {tenant.slug}, with {plural(len(server.tools), 'tool')}:")
+    for line in _tool_lines(server):
+        click.echo(line)
+    for remote, why in report.refused:
+        click.echo(f"  refused {remote}: {why}")
+
+
+@mcp_group.command("list")
+@click.option("--tenant", "slug", default=None, help="Only this tenant's servers.")
+def list_command(slug: str | None) -> None:
+    """The MCP servers, their tools and whether any is held (header values are never shown)."""
+    query = select(McpServer, Tenant.slug).join(Tenant, Tenant.id == McpServer.tenant_id)
+    if slug is not None:
+        query = query.where(McpServer.tenant_id == _mcp_tenant(slug).id)
+    rows = db.session.execute(query.order_by(Tenant.slug, McpServer.name)).all()
+    if not rows:
+        click.echo("No MCP servers.")
+    prefix = services().config.mcp_secret_prefix
+    for server, tenant_slug in rows:
+        said = [server.url or f"command: {server.command}"]
+        if server.command and not server.command_by_operator:
+            said.append("NOT STARTED: a tenant's admin set the command; remove it and add it again")
+        if server.working_directory:
+            said.append(f"in {server.working_directory}")
+        if variables := mcp.environment_words(server):
+            said.append(f"variables: {', '.join(variables)}")
+        if headers := mcp.header_words(server, prefix):
+            said.append(f"headers: {', '.join(headers)}")
+        said.append(f"synced {server.synced_at:%Y-%m-%d %H:%M} UTC" if server.synced_at else "never synced")
+        click.echo(f"{tenant_slug} {server.name}: {'; '.join(said)}")
+        for line in _tool_lines(server):
+            click.echo(line)
+
+
+@mcp_group.command("sync")
+@click.argument("name")
+@click.option("--tenant", "slug", required=True)
+def sync_command(name: str, slug: str) -> None:
+    """Read the server's tools again: new ones join, gone ones leave, changed ones are held."""
+    tenant = _mcp_tenant(slug)
+    try:
+        report = mcp_actions.sync(db.session, tenant.id, None, name)
+    except mcp.McpError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"Synced MCP server {name.strip()} of {tenant.slug}.")
+    for line in report.lines():
+        click.echo(f"  {line}")
+
+
+@mcp_group.command("map")
+@click.argument("tool")
+@click.option("--tenant", "slug", required=True)
+@click.option("--amount", default=None, help="The argument that is the money a call moves.")
+@click.option("--unit", type=click.Choice(mcp.UNITS), default="cents", show_default=True, help="The amount's unit.")
+@click.option("--subject", default=None, help="The argument that names what a call acts on (limits per subject).")
+@click.option(
+    "--facts", "facts_tool", default=None, help="A read-only tool of the same server: its result is the facts."
+)
+@click.option(
+    "--facts-arg", "facts_args", multiple=True, help="THEIRS=OURS: the facts tool's THEIRS takes this call's OURS."
+)
+def map_command(
+    tool: str, slug: str, amount: str | None, unit: str, subject: str | None, facts_tool: str | None, facts_args
+) -> None:
+    """Tell the desk what an MCP tool's arguments mean: the money a call moves, what it acts on, and
+    which read-only tool of the same server gives a reviewer the facts. Whatever is left out is cleared."""
+    tenant = _mcp_tenant(slug)
+    pairs = {}
+    for pair in facts_args:
+        theirs, equals, ours = pair.partition("=")
+        if not equals or not theirs.strip() or not ours.strip():
+            raise click.UsageError(f"{pair!r} is not THEIRS=OURS, e.g. --facts-arg repo_path=repo_path.")
+        pairs[theirs.strip()] = ours.strip()
+    try:
+        mapping = mcp_actions.map_tool(
+            db.session, tenant.id, None, tool.strip(), amount=amount, unit=unit, subject=subject,
+            facts_tool=facts_tool, facts_arguments=pairs,
+        )  # fmt: skip
+    except mcp.McpError as exc:
+        raise click.UsageError(str(exc)) from None
+    said = mcp.mapping_words(mapping)
+    click.echo(f"Mapped {tool.strip()} of {tenant.slug}: {'; '.join(said) if said else 'nothing (cleared)'}.")
+
+
+@mcp_group.command("remove")
+@click.argument("name")
+@click.option("--tenant", "slug", required=True)
+def remove_command(name: str, slug: str) -> None:
+    """Remove the server; its tools leave the tenant's assistant."""
+    tenant = _mcp_tenant(slug)
+    try:
+        names = mcp_actions.remove(db.session, tenant.id, None, name)
+    except mcp.McpError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"Removed MCP server {name.strip()} of {tenant.slug} and its tools: {', '.join(names) or 'none'}.")
+
+
 def _register_mcp(app: Flask) -> None:
     """`flask mcp add|list|sync|map|remove`: a tenant's MCP servers (webapp/tools/mcp/)."""
-    group = AppGroup("mcp", help="MCP servers whose tools join a tenant's assistant, behind the approval gate.")
-
-    def tenant_of(slug: str) -> Tenant:
-        tenant = identity.tenant_of(db.session, slug)
-        if tenant is None:
-            raise click.UsageError(f"There is no tenant {slug.strip()!r}; `flask mcp list` shows the tenants' servers.")
-        return tenant
-
-    def tool_lines(server: McpServer) -> list[str]:
-        registry = services().tools_for(db.session, server.tenant_id)
-        lines = []
-        for row in server.tools:
-            tool = registry.get(row.registry_name)
-            if row.held:
-                rule = "HELD: changed since accepted; accept it on the MCP servers page"
-            else:
-                rule = "runs at once (read-only)" if tool and not tool.sensitive else "waits for one approval"
-            mapped = "; ".join(mcp.mapping_words(row.mapping))
-            lines.append(f"  {row.registry_name} ({row.remote_name}): {rule}{'; ' + mapped if mapped else ''}")
-        return lines
-
-    @group.command("add")
-    @click.argument("name")
-    @click.option("--tenant", "slug", required=True, help="The tenant whose assistant gets the tools.")
-    @click.option("--url", default=None, help="A streamable HTTP server, e.g. https://mcp.example.com/mcp.")
-    @click.option(
-        "--command",
-        default=None,
-        help='Or: a local server the desk starts, e.g. "python -m inventory"; it gets PATH and the --env variables, '
-        "nothing else of the desk's environment.",
-    )
-    @click.option(
-        "--header",
-        "headers",
-        multiple=True,
-        help='"Name: value", sent with every request; stored encrypted, or "Name: $VARIABLE" to read it from the '
-        "environment at each use.",
-    )
-    @click.option(
-        "--env",
-        "environment",
-        multiple=True,
-        help="NAME=value, a variable of the started server (with --command); stored encrypted and never shown, or "
-        "NAME=$VARIABLE to pass the desk's own at each start.",
-    )
-    @click.option(
-        "--cwd", "working_directory", default=None, help="The started server's working directory (an absolute path)."
-    )
-    def add_command(
-        name: str,
-        slug: str,
-        url: str | None,
-        command: str | None,
-        headers: tuple[str, ...],
-        environment: tuple[str, ...],
-        working_directory: str | None,
-    ) -> None:
-        """Register the MCP server NAME for a tenant, connect to it, and list the tools it offers."""
-        try:
-            tenant = tenant_of(slug)
-        except click.UsageError as exc:
-            attempt = {"url": url, "command": command, "headers": list(headers), "environment": list(environment)}
-            mcp_actions.refused_add(db.session, None, None, name, exc.message, tenant=slug, **attempt)
-            raise
-        try:
-            server, report = mcp_actions.add(
-                db.session,
-                tenant.id,
-                None,
-                name,
-                url=url,
-                command=command,
-                headers=list(headers),
-                environment=list(environment),
-                working_directory=working_directory,
-            )
-        except mcp.McpError as exc:
-            raise click.UsageError(str(exc)) from None
-        click.echo(f"Added MCP server {server.name} to {tenant.slug}, with {plural(len(server.tools), 'tool')}:")
-        for line in tool_lines(server):
-            click.echo(line)
-        for remote, why in report.refused:
-            click.echo(f"  refused {remote}: {why}")
-
-    @group.command("list")
-    @click.option("--tenant", "slug", default=None, help="Only this tenant's servers.")
-    def list_command(slug: str | None) -> None:
-        """The MCP servers, their tools and whether any is held (header values are never shown)."""
-        query = select(McpServer, Tenant.slug).join(Tenant, Tenant.id == McpServer.tenant_id)
-        if slug is not None:
-            query = query.where(McpServer.tenant_id == tenant_of(slug).id)
-        rows = db.session.execute(query.order_by(Tenant.slug, McpServer.name)).all()
-        if not rows:
-            click.echo("No MCP servers.")
-        prefix = services().config.mcp_secret_prefix
-        for server, tenant_slug in rows:
-            said = [server.url or f"command: {server.command}"]
-            if server.command and not server.command_by_operator:
-                said.append("NOT STARTED: a tenant's admin set the command; remove it and add it again")
-            if server.working_directory:
-                said.append(f"in {server.working_directory}")
-            if variables := mcp.environment_words(server):
-                said.append(f"variables: {', '.join(variables)}")
-            if headers := mcp.header_words(server, prefix):
-                said.append(f"headers: {', '.join(headers)}")
-            said.append(f"synced {server.synced_at:%Y-%m-%d %H:%M} UTC" if server.synced_at else "never synced")
-            click.echo(f"{tenant_slug} {server.name}: {'; '.join(said)}")
-            for line in tool_lines(server):
-                click.echo(line)
-
-    @group.command("sync")
-    @click.argument("name")
-    @click.option("--tenant", "slug", required=True)
-    def sync_command(name: str, slug: str) -> None:
-        """Read the server's tools again: new ones join, gone ones leave, changed ones are held."""
-        tenant = tenant_of(slug)
-        try:
-            report = mcp_actions.sync(db.session, tenant.id, None, name)
-        except mcp.McpError as exc:
-            raise click.UsageError(str(exc)) from None
-        click.echo(f"Synced MCP server {name.strip()} of {tenant.slug}.")
-        for line in report.lines():
-            click.echo(f"  {line}")
-
-    @group.command("map")
-    @click.argument("tool")
-    @click.option("--tenant", "slug", required=True)
-    @click.option("--amount", default=None, help="The argument that is the money a call moves.")
-    @click.option("--unit", type=click.Choice(mcp.UNITS), default="cents", show_default=True, help="The amount's unit.")
-    @click.option("--subject", default=None, help="The argument that names what a call acts on (limits per subject).")
-    @click.option(
-        "--facts", "facts_tool", default=None, help="A read-only tool of the same server: its result is the facts."
-    )
-    @click.option(
-        "--facts-arg", "facts_args", multiple=True, help="THEIRS=OURS: the facts tool's THEIRS takes this call's OURS."
-    )
-    def map_command(
-        tool: str, slug: str, amount: str | None, unit: str, subject: str | None, facts_tool: str | None, facts_args
-    ) -> None:
-        """Tell the desk what an MCP tool's arguments mean: the money a call moves, what it acts on, and
-        which read-only tool of the same server gives a reviewer the facts. Whatever is left out is cleared."""
-        tenant = tenant_of(slug)
-        pairs = {}
-        for pair in facts_args:
-            theirs, equals, ours = pair.partition("=")
-            if not equals or not theirs.strip() or not ours.strip():
-                raise click.UsageError(f"{pair!r} is not THEIRS=OURS, e.g. --facts-arg repo_path=repo_path.")
-            pairs[theirs.strip()] = ours.strip()
-        try:
-            mapping = mcp_actions.map_tool(
-                db.session, tenant.id, None, tool.strip(), amount=amount, unit=unit, subject=subject,
-                facts_tool=facts_tool, facts_arguments=pairs,
-            )  # fmt: skip
-        except mcp.McpError as exc:
-            raise click.UsageError(str(exc)) from None
-        said = mcp.mapping_words(mapping)
-        click.echo(f"Mapped {tool.strip()} of {tenant.slug}: {'; '.join(said) if said else 'nothing (cleared)'}.")
-
-    @group.command("remove")
-    @click.argument("name")
-    @click.option("--tenant", "slug", required=True)
-    def remove_command(name: str, slug: str) -> None:
-        """Remove the server; its tools leave the tenant's assistant."""
-        tenant = tenant_of(slug)
-        try:
-            names = mcp_actions.remove(db.session, tenant.id, None, name)
-        except mcp.McpError as exc:
-            raise click.UsageError(str(exc)) from None
-        click.echo(f"Removed MCP server {name.strip()} of {tenant.slug} and its tools: {', '.join(names) or 'none'}.")
-
-    app.cli.add_command(group)
+    app.cli.add_command(mcp_group)
