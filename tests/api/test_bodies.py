@@ -14,7 +14,7 @@ from demo.billing.models import Refund
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.decisions import arguments_hash
-from webapp.api import approvals, bodies, conversations, tool_calls
+from webapp.api import approvals, bodies, conversations, reading, tool_calls
 from webapp.api.openapi import api_rules
 from webapp.models import Conversation, Decision, ToolCall
 from webapp.runtime.extensions import db
@@ -234,8 +234,8 @@ def test_a_flood_of_unknown_fields_gets_a_short_answer(api):
     sent = {"message": "hi", **{f"field{i}": i for i in range(500)}}
     response = api.as_(AGENT).post("/api/conversations", json=sent)
     assert response.status_code == 422
-    assert len(response.json["fields"]) == bodies.MAX_PROBLEMS
-    assert response.json["message"].endswith(f"and {500 - bodies.MAX_PROBLEMS} more fields are wrong.")
+    assert len(response.json["fields"]) == reading.MAX_PROBLEMS
+    assert response.json["message"].endswith(f"and {500 - reading.MAX_PROBLEMS} more fields are wrong.")
 
 
 # --- edit and approve ---------------------------------------------------------------------------

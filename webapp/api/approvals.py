@@ -11,25 +11,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from webapp.agent.decisions import held_words
 from webapp.agent.states import CallStatus
-from webapp.api.base import a_page, answer, bp, documented, tenant_tools
+from webapp.api.base import answer, bp, documented, tenant_tools
 from webapp.api.bodies import (
     NO_NUL,
-    Cursor,
-    FieldProblem,
-    InvalidFields,
-    NextCursor,
     QueryParameters,
     RequestBody,
     Rule,
     ToolArguments,
-    body,
     decision_field,
-    optional_body,
     optional_text,
     or_empty,
-    page_limit,
-    query,
 )
+from webapp.api.paging import Cursor, NextCursor, a_page, page_limit
+from webapp.api.reading import FieldProblem, InvalidFields, body, optional_body, query
 from webapp.api.tool_calls import ToolCallView, tool_call_view
 from webapp.approvals import actions as approvals
 from webapp.approvals import queries as inbox

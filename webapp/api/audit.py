@@ -9,7 +9,9 @@ from flask import g, request
 from pydantic import BaseModel, Field
 
 from webapp.api.base import answer, bp, documented
-from webapp.api.bodies import NO_NUL, NextCursor, QueryParameters, known_names, or_empty
+from webapp.api.bodies import NO_NUL, QueryParameters, or_empty
+from webapp.api.paging import NextCursor
+from webapp.api.reading import known_names
 from webapp.audit import queries as audit_queries
 from webapp.audit.queries import API_MAX_LIMIT, MAX_CONVERSATION
 from webapp.runtime.extensions import db

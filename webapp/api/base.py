@@ -1,6 +1,7 @@
 """What every door of the JSON API shares: the one blueprint (/api), what a route declares of itself
 for the OpenAPI document (`@documented`), the answer envelope, the errors as {"error", "message"}
-(with "fields" when a request's fields are wrong), paging, and the caller's tools.
+(with "fields" when a request's fields are wrong), and the caller's tools. Beside it: bodies.py (what
+request and answer bodies are made of), reading.py (reading a request, refusing it), paging.py.
 
 Each resource's module (conversations.py, approvals.py, ...) holds its routes and its bodies; routes.py
 lists them, so registering `bp` registers every route."""
@@ -14,14 +15,14 @@ from flask import Blueprint, current_app, g, jsonify
 from pydantic import BaseModel
 from werkzeug.exceptions import HTTPException
 
-from webapp.api.bodies import FieldProblem, InvalidFields, QueryParameters, RequestBody
+from webapp.api.bodies import QueryParameters, RequestBody
+from webapp.api.reading import InvalidFields
 from webapp.approvals import actions as approvals
 from webapp.approvals import outside as outside_actions
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.registry import ToolRegistry
 from webapp.web.errors import Refused, json_error
-from webapp.web.pagination import BadCursor, Page
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 OTHER_AGENTS = "forbidden: the conversation is another agent's."
@@ -106,15 +107,6 @@ def _unexpected(exc: Exception):
     db.session.rollback()
     current_app.logger.exception("unexpected API error")
     return json_error(500, "internal_error", "Something went wrong on our side; nothing was changed.")
-
-
-def a_page(read: Callable[[], Page]) -> Page:
-    """The page `read` returns; a cursor that is not an earlier answer's next_cursor is a 422 naming it."""
-    try:
-        return read()
-    except BadCursor:
-        problem = FieldProblem(field="cursor", problem="must be the next_cursor of an earlier answer")
-        raise InvalidFields([problem], ["Send it unchanged, or leave it out for the first page."]) from None
 
 
 def tenant_tools() -> ToolRegistry:

@@ -22,14 +22,12 @@ from webapp.api.bodies import (
     Rule,
     Timestamp,
     ToolArguments,
-    body,
     nonblank,
-    optional_body,
     optional_text,
-    query,
     required_text,
     whole_number,
 )
+from webapp.api.reading import body, optional_body, query
 from webapp.approvals import outside as outside_actions
 from webapp.approvals.outside import MAX_WAIT_SECONDS
 from webapp.models import ROLES, ToolCall

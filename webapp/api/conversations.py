@@ -4,37 +4,27 @@ retrying and giving it more moves; with the bodies those routes take and answer.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time
 from typing import Annotated, Any, Literal
 
 from flask import current_app, g, request
 from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from webapp.agent.states import CallStatus, ConversationStatus
 from webapp.agent.transcript import api_messages
-from webapp.api.base import OTHER_AGENTS, a_page, answer, bp, documented, tenant_tools
-from webapp.api.bodies import (
-    NO_NUL,
-    Cursor,
-    NextCursor,
-    QueryParameters,
-    RequestBody,
-    Rule,
-    Timestamp,
-    ToolArguments,
-    body,
-    optional_body,
-    page_limit,
-    query,
-    required_text,
-)
+from webapp.api.base import OTHER_AGENTS, answer, bp, documented, tenant_tools
+from webapp.api.bodies import NO_NUL, QueryParameters, RequestBody, Rule, Timestamp, ToolArguments, required_text
 from webapp.api.events import ConversationError
+from webapp.api.paging import Cursor, NextCursor, a_page, page_limit
+from webapp.api.reading import body, optional_body, query
 from webapp.api.tool_calls import TaskView, ToolCallView
 from webapp.conversations import actions as conversations
 from webapp.conversations import event_stream
 from webapp.conversations.actions import MAX_MESSAGE_CHARS
-from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall
+from webapp.models import ROLES, Conversation, Message, ModelCall, ToolCall, User
 from webapp.runtime.extensions import db
 from webapp.tools.registry import ToolRegistry
 from webapp.web.security import api_roles
@@ -167,36 +157,32 @@ class MessageView(BaseModel):
     @classmethod
     def of(cls, message: dict, calls: dict[str, ToolCall], summaries: dict[int, str]) -> MessageView:
         """`calls`: the conversation's calls by tool_use id; `summaries`: their sentences by call id."""
-        blocks: list[Any] = []
-        for block in message["content"]:
-            kind = block.get("type")
-            if kind == "text":
-                blocks.append(TextBlock(type="text", text=block.get("text", "")))
-            elif kind == "tool_use":
-                call = calls.get(block.get("id", ""))
-                blocks.append(
-                    ToolUseBlock(
-                        type="tool_use",
-                        id=block.get("id", ""),
-                        name=block.get("name", ""),
-                        input=block.get("input") or {},
-                        tool_call_id=call.id if call else None,
-                    )
-                )
-            elif kind == "tool_result":
-                call = calls.get(block.get("tool_use_id", ""))
-                blocks.append(
-                    ToolResultBlock(
-                        type="tool_result",
-                        tool_use_id=block.get("tool_use_id", ""),
-                        tool_call_id=call.id if call else None,
-                        is_error=bool(block.get("is_error")),
-                        summary=summaries.get(call.id, "") if call else "",
-                    )
-                )
-            else:
-                blocks.append(OtherBlock(type="other", kind=str(kind)))
-        return cls(role=message["role"], content=blocks)
+        return cls(
+            role=message["role"], content=[_content_block(block, calls, summaries) for block in message["content"]]
+        )
+
+
+def _content_block(block: dict, calls: dict[str, ToolCall], summaries: dict[int, str]) -> Any:
+    """One block of a turn as people read it: a tool_use or tool_result block with the call it belongs to."""
+    kind = block.get("type")
+    if kind == "text":
+        return TextBlock(type="text", text=block.get("text", ""))
+    if kind not in ("tool_use", "tool_result"):
+        return OtherBlock(type="other", kind=str(kind))
+    use_id = block.get("id" if kind == "tool_use" else "tool_use_id", "")
+    call = calls.get(use_id)
+    call_id = call.id if call else None
+    if kind == "tool_use":
+        name, arguments = block.get("name", ""), block.get("input") or {}
+        return ToolUseBlock(type="tool_use", id=use_id, name=name, input=arguments, tool_call_id=call_id)
+    summary = summaries.get(call.id, "") if call else ""
+    return ToolResultBlock(
+        type="tool_result",
+        tool_use_id=use_id,
+        tool_call_id=call_id,
+        is_error=bool(block.get("is_error")),
+        summary=summary,
+    )
 
 
 class Usage(BaseModel):
@@ -309,6 +295,10 @@ class CancelRequested(ConversationState):
 class BudgetExtended(ConversationState):
     move_budget: int = Field(description="The run's move budget, extension included.")
 
+    @classmethod
+    def of(cls, conversation: Conversation, **more: Any) -> BudgetExtended:
+        return super().of(conversation, move_budget=conversation.move_budget, **more)
+
 
 # --- routes -------------------------------------------------------------------------------------------
 
@@ -358,10 +348,10 @@ def list_conversations():
 )
 @api_roles("agent")
 def post_message(conversation_id: int):
-    sent = body(PostMessage)
-    conversation = conversation_or_404(conversation_id)
-    conversations.post_message(db.session, g.user, conversation, sent.message)
-    return answer(ConversationState.of(conversation), 202)
+    message = body(PostMessage).message
+    return _changed(
+        conversation_id, lambda session, user, found: conversations.post_message(session, user, found, message)
+    )
 
 
 @bp.get("/conversations/<int:conversation_id>")
@@ -408,9 +398,7 @@ def conversation_events(conversation_id: int):
 @api_roles("agent", "reviewer", "admin")
 def cancel_conversation(conversation_id: int):
     optional_body(CancelConversation)  # (it takes no field: only an empty body, or {})
-    conversation = conversation_or_404(conversation_id)
-    conversations.cancel(db.session, g.user, conversation)
-    return answer(CancelRequested.of(conversation), 202)
+    return _changed(conversation_id, conversations.cancel, CancelRequested)
 
 
 @bp.post("/conversations/<int:conversation_id>/retry")
@@ -421,9 +409,7 @@ def cancel_conversation(conversation_id: int):
 )
 @api_roles("agent", "reviewer", "admin")
 def retry_conversation(conversation_id: int):
-    conversation = conversation_or_404(conversation_id)
-    conversations.retry(db.session, g.user, conversation)
-    return answer(ConversationState.of(conversation), 202)
+    return _changed(conversation_id, conversations.retry)
 
 
 @bp.post("/conversations/<int:conversation_id>/budget")
@@ -435,14 +421,28 @@ def retry_conversation(conversation_id: int):
 )
 @api_roles("reviewer", "admin")
 def extend_budget(conversation_id: int):
-    sent = body(ExtendBudget)
-    conversation = conversation_or_404(conversation_id)
-    conversations.extend_budget(db.session, g.user, conversation, sent.moves)
-    return answer(BudgetExtended.of(conversation, move_budget=conversation.move_budget), 202)
+    moves = body(ExtendBudget).moves
+    return _changed(
+        conversation_id,
+        lambda session, user, found: conversations.extend_budget(session, user, found, moves),
+        BudgetExtended,
+    )
 
 
 def conversation_or_404(conversation_id: int) -> Conversation:
+    """The caller's conversation of that id (404 when there is none, 403 when it is another agent's)."""
     return conversations.find(db.session, g.user, conversation_id)
+
+
+def _changed(
+    conversation_id: int,
+    change: Callable[[Session, User, Conversation], object],
+    state: type[ConversationState] = ConversationState,
+):
+    """Make `change` to the caller's conversation, then answer its state: 202, its work is queued."""
+    conversation = conversation_or_404(conversation_id)
+    change(db.session, g.user, conversation)
+    return answer(state.of(conversation), 202)
 
 
 def conversation_view(conversation: Conversation) -> ConversationView:

@@ -11,8 +11,9 @@ from pydantic import BaseModel, Field
 
 from webapp.agent import policies as policy_rules
 from webapp.api.base import answer, bp, documented, refused_with_fields
-from webapp.api.bodies import RequestBody, Rule, Timestamp, body, required_text
+from webapp.api.bodies import RequestBody, Rule, Timestamp, required_text
 from webapp.api.policies import PolicyChangeView, PolicyView, SetPolicy, pending_changes, policy_refused, policy_values
+from webapp.api.reading import body
 from webapp.runtime.extensions import db
 from webapp.settings import external_tools
 from webapp.tools import external

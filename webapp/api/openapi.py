@@ -21,8 +21,9 @@ from pydantic import BaseModel
 from werkzeug.routing import IntegerConverter, Rule
 
 from webapp.api.base import Declared
-from webapp.api.bodies import MAX_ID, ErrorBody, QueryParameters
+from webapp.api.bodies import MAX_ID, QueryParameters
 from webapp.api.events import EVENT_MODELS
+from webapp.api.reading import ErrorBody
 from webapp.models import ROLES
 from webapp.webhooks import EVENT_TYPES
 

@@ -13,18 +13,8 @@ from pydantic import BaseModel, Field
 
 from webapp.agent import policies as policy_rules
 from webapp.api.base import answer, bp, documented, refused_with_fields, tenant_tools
-from webapp.api.bodies import (
-    FieldProblem,
-    InvalidFields,
-    QueryParameters,
-    RequestBody,
-    Rule,
-    Timestamp,
-    body,
-    decision_field,
-    optional_text,
-    query,
-)
+from webapp.api.bodies import QueryParameters, RequestBody, Rule, Timestamp, decision_field, optional_text
+from webapp.api.reading import FieldProblem, InvalidFields, body, query
 from webapp.runtime.extensions import db
 from webapp.settings import policy_actions
 from webapp.web.errors import Refused

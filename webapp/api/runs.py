@@ -10,8 +10,9 @@ from flask import g
 from pydantic import BaseModel, Field
 
 from webapp.api.base import answer, bp, documented
-from webapp.api.bodies import NO_NUL, RequestBody, Rule, Timestamp, body
+from webapp.api.bodies import NO_NUL, RequestBody, Rule, Timestamp
 from webapp.api.conversations import MessageText
+from webapp.api.reading import body
 from webapp.models import ROLES
 from webapp.runs import actions as runs
 from webapp.runtime.extensions import db

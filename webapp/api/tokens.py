@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from webapp.accounts import actions as accounts
 from webapp.api.base import answer, bp, documented
-from webapp.api.bodies import MAX_ID, QueryParameters, RequestBody, Timestamp, optional_body, query, whole_number
+from webapp.api.bodies import MAX_ID, QueryParameters, RequestBody, Timestamp, whole_number
+from webapp.api.reading import optional_body, query
 from webapp.identity import token_state
 from webapp.models import ROLES, ApiToken
 from webapp.runtime.extensions import db

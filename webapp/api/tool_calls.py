@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field, WithJsonSchema
 from webapp.agent.decisions import arguments_hash
 from webapp.agent.states import CallStatus
 from webapp.api.base import OTHER_AGENTS, answer, bp, documented, tenant_tools
-from webapp.api.bodies import RequestBody, Timestamp, ToolArguments, body, required_text
+from webapp.api.bodies import RequestBody, Timestamp, ToolArguments, required_text
+from webapp.api.reading import body
 from webapp.approvals.actions import holder
 from webapp.conversations import actions as conversations
 from webapp.conversations import cards

@@ -12,20 +12,10 @@ from pydantic import BaseModel, Field, Strict
 from sqlalchemy import select
 
 from webapp import webhooks
-from webapp.api.base import a_page, answer, bp, documented
-from webapp.api.bodies import (
-    NO_NUL,
-    Cursor,
-    NextCursor,
-    QueryParameters,
-    RequestBody,
-    Rule,
-    Timestamp,
-    body,
-    optional_body,
-    page_limit,
-    query,
-)
+from webapp.api.base import answer, bp, documented
+from webapp.api.bodies import NO_NUL, QueryParameters, RequestBody, Rule, Timestamp
+from webapp.api.paging import Cursor, NextCursor, a_page, page_limit
+from webapp.api.reading import body, optional_body, query
 from webapp.models import User, WebhookDelivery, WebhookSubscription
 from webapp.runtime.extensions import db
 from webapp.settings import webhook_actions
