@@ -27,7 +27,7 @@ from tests.replies import reply, text
 from webapp.config import Config
 from webapp.conversations.live import CHECK_SECONDS
 from webapp.models import User
-from webapp.runtime.queue import Dispatcher
+from webapp.runtime.live_events import LiveEvents
 
 LINE_END = re.compile(r"\r\n|\r(?!\Z)|\n")  # a CR last in what has arrived may be the start of a CRLF
 
@@ -169,7 +169,7 @@ def test_a_stream_goes_on_delivering_past_its_sign_in_checks(live_server, engine
     threading.Thread(target=listen, daemon=True).start()
     try:
         time.sleep(2 * CHECK_SECONDS + 1)  # past two checks
-        Dispatcher(Config.from_env(env)).changed(tenant_id)
+        LiveEvents(Config.from_env(env)).changed(tenant_id)
         assert heard.wait(10), "the stream stopped delivering once its sign-in check ran"
     finally:
         stream.close()
