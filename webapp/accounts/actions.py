@@ -14,7 +14,12 @@ from webapp import audit_chain, identity
 from webapp.accounts import four_eyes
 from webapp.conversations import actions as conversation_actions
 from webapp.models import MAX_ROW_ID, ROLES, ApiToken, RoleChange, User, utcnow
-from webapp.web.errors import Refused
+from webapp.refusals import Refusal
+
+
+class AccountRefused(Refusal):
+    """What the accounts refuse: a person, a role change or a token that cannot be made or decided."""
+
 
 NO_SUCH_TOKEN = "There is no such API token among yours (admins: among your organisation's)."
 
@@ -33,14 +38,14 @@ def tenant_user(session: Session, actor: User, user_id: int) -> User:
     """A user whose tokens the actor may manage; 404 otherwise, so other tenants' ids reveal nothing."""
     user = session.get(User, user_id) if 1 <= user_id <= MAX_ROW_ID else None
     if user is None or not may_manage(actor, user):
-        raise Refused(404, "not_found", "There is no such user in your organisation.")
+        raise AccountRefused("missing", "not_found", "There is no such user in your organisation.")
     return user
 
 
 def find_token(session: Session, actor: User, token_id: int) -> ApiToken:
     row = session.get(ApiToken, token_id) if 1 <= token_id <= MAX_ROW_ID else None
     if row is None or not may_manage(actor, row.user):
-        raise Refused(404, "not_found", NO_SUCH_TOKEN)
+        raise AccountRefused("missing", "not_found", NO_SUCH_TOKEN)
     return row
 
 
@@ -241,7 +246,7 @@ def find_role_change(session: Session, person: User | None, change_id: int, *, l
         query = query.with_for_update()
     change = session.scalar(query) if 1 <= change_id <= MAX_ROW_ID else None
     if change is None or (person is not None and not person.is_operator and change.tenant_id != person.tenant_id):
-        raise Refused(404, "not_found", "There is no such role change in your organisation.")
+        raise AccountRefused("missing", "not_found", "There is no such role change in your organisation.")
     return change
 
 
@@ -262,27 +267,33 @@ def decide_role_change(
     a bad decision or a rejection without a reason."""
     change = find_role_change(session, decider, change_id, lock=True)
     if change.status != PENDING:
-        raise Refused(409, "already_decided", role_change_said(change), at=change.decided_at)
+        raise AccountRefused("conflict", "already_decided", role_change_said(change), at=change.decided_at)
     if decider is not None:
         why = four_eyes.why_not_decide(session, decider, change.requested_by_id)
         if why is not None:
             if decider.has_role(ADMIN) and not four_eyes.deciders(session, change.tenant_id, change.requested_by_id):
                 why += " " + four_eyes.only_the_operator(change.requested_by)
-            raise Refused(403, "not_allowed", why)
+            raise AccountRefused("forbidden", "not_allowed", why)
     reason = (reason or "").strip() or None
     if reason is not None and len(reason) > MAX_REASON_CHARS:
-        raise Refused(422, "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters.")
+        raise AccountRefused(
+            "invalid", "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters."
+        )
     if decision not in ("approve", "reject"):
-        raise Refused(422, "invalid_decision", 'The decision must be "approve" or "reject".')
+        raise AccountRefused("invalid", "invalid_decision", 'The decision must be "approve" or "reject".')
     if decision == "reject" and reason is None:
-        raise Refused(422, "reason_required", "Say why you reject the change; the admin who asked reads it.")
+        raise AccountRefused(
+            "invalid", "reason_required", "Say why you reject the change; the admin who asked reads it."
+        )
     if decision == "reject":
         _close_role_change(session, change, "rejected", decider, actor_label, reason)
         session.commit()
         return change
     user = change.user
     if not user.active:  # disabled since it was asked: nothing to give, and nothing given
-        raise Refused(409, "user_disabled", f"{user.email} was disabled since this was asked; enable them first.")
+        raise AccountRefused(
+            "conflict", "user_disabled", f"{user.email} was disabled since this was asked; enable them first."
+        )
     before = identity.give_role(session, user, change.role)
     four_eyes.keyed(session, user, change.requested_by, "role_granted")
     _close_role_change(session, change, "approved", decider, actor_label, reason)
@@ -296,10 +307,10 @@ def withdraw_role_change(session: Session, actor: User, change_id: int) -> RoleC
     """The admin who asked takes a waiting role change back; the person stays without the role."""
     change = find_role_change(session, actor, change_id, lock=True)
     if change.status != PENDING:
-        raise Refused(409, "already_decided", role_change_said(change), at=change.decided_at)
+        raise AccountRefused("conflict", "already_decided", role_change_said(change), at=change.decided_at)
     if change.requested_by_id != actor.id:
-        raise Refused(
-            403, "not_allowed", "Only the admin who asked for a role change can withdraw it; you can reject it."
+        raise AccountRefused(
+            "forbidden", "not_allowed", "Only the admin who asked for a role change can withdraw it; you can reject it."
         )
     _close_role_change(session, change, "withdrawn", actor, None, None)
     session.commit()

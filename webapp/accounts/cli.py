@@ -26,8 +26,8 @@ from webapp.identity import (
     revoke_token,
 )
 from webapp.models import ROLES, Tenant, User
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.web.errors import Refused
 
 
 def register(app: Flask) -> None:
@@ -209,7 +209,7 @@ def _register_role_changes(app: Flask) -> None:
             change = account_actions.decide_role_change(
                 db.session, None, change_id, decision, reason, actor_label="command line"
             )
-        except Refused as exc:
+        except Refusal as exc:
             db.session.rollback()
             raise click.UsageError(exc.message) from None
         if change.status == "approved":

@@ -13,8 +13,9 @@ from wtforms.validators import DataRequired, Length, NumberRange, Optional
 from webapp.accounts import actions
 from webapp.identity import MAX_TOKEN_DAYS, MAX_TOKEN_NAME_CHARS, AccountError, token_state
 from webapp.models import User
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.web.errors import Refused
+from webapp.web.errors import status_of
 from webapp.web.security import roles_required, signed_in
 
 bp = Blueprint("tokens", __name__)
@@ -82,9 +83,9 @@ def revoke(token_id: int):
     me = _me()
     try:
         row, changed = actions.revoke(db.session, me, token_id)
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
-        abort(exc.status, description=exc.message)
+        abort(status_of(exc), description=exc.message)
     label = f"Token {row.prefix or '#' + str(row.id)}{' (' + row.name + ')' if row.name else ''}"
     flash(
         f"{label} is revoked: programs using it are refused from now on."
@@ -102,8 +103,8 @@ def of_user(user_id: int):
     """A user's API tokens for an admin of their tenant, each revocable (no form: tokens are made by their owner)."""
     try:
         user = actions.tenant_user(db.session, _me(), user_id)
-    except Refused as exc:
-        abort(exc.status, description=exc.message)
+    except Refusal as exc:
+        abort(status_of(exc), description=exc.message)
     return tokens_page(user, None)
 
 

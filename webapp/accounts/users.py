@@ -26,10 +26,12 @@ from wtforms.widgets import CheckboxInput, ListWidget
 
 from webapp import audit_chain, identity
 from webapp.accounts import actions, four_eyes
+from webapp.accounts.actions import AccountRefused
 from webapp.identity import EMAIL_RE, AccountError
 from webapp.models import ROLES, RoleChange, User
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.web.errors import Refused
+from webapp.web.errors import status_of
 from webapp.web.htmx import go_to, is_htmx
 from webapp.web.security import account_locked, begin_session, roles_required, unlock_account
 
@@ -234,14 +236,16 @@ def decide_role_change(change_id: int):
     try:
         unknown = set(form) - {"csrf_token", "decision", "reason"}
         if unknown:
-            raise Refused(422, "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
+            raise AccountRefused(
+                "invalid", "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page."
+            )
         change = actions.decide_role_change(
             db.session, _admin(), change_id, form.get("decision", ""), form.get("reason", "")
         )
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
         return _users_page(CreateUserForm(formdata=None), change_refusal=(change_id, exc, form.get("reason", ""))), (
-            exc.status
+            status_of(exc)
         )
     if change.status == "approved":
         flash(f"Approved: {change.user.email} is an admin now.", "info")
@@ -256,9 +260,9 @@ def withdraw_role_change(change_id: int):
     """The admin who asked for the admin role takes it back."""
     try:
         change = actions.withdraw_role_change(db.session, _admin(), change_id)
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
-        return _users_page(CreateUserForm(formdata=None), change_refusal=(change_id, exc, "")), exc.status
+        return _users_page(CreateUserForm(formdata=None), change_refusal=(change_id, exc, "")), status_of(exc)
     flash(f"Withdrew the admin role asked for {change.user.email}; they stay without it.", "info")
     return redirect(url_for(".index", _anchor=f"user-{change.user_id}"), 303)
 

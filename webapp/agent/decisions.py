@@ -22,7 +22,7 @@ from webapp.agent import gate, wording
 from webapp.agent.moves import lock_conversation, wake
 from webapp.agent.states import CallStatus
 from webapp.models import Conversation, Decision, ToolCall, User, utcnow
-from webapp.tools.presenting import at_moment
+from webapp.refusals import at_moment
 from webapp.tools.registry import ToolContext, ToolRegistry
 
 

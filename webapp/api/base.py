@@ -19,10 +19,11 @@ from webapp.api.bodies import QueryParameters, RequestBody
 from webapp.api.reading import InvalidFields
 from webapp.approvals import actions as approvals
 from webapp.approvals import outside as outside_actions
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.registry import ToolRegistry
-from webapp.web.errors import Refused, json_error
+from webapp.web.errors import Refused, json_error, status_of
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 OTHER_AGENTS = "forbidden: the conversation is another agent's."
@@ -74,10 +75,10 @@ def refused_with_fields(status: int, code: str, message: str, fields: list[dict[
 @bp.errorhandler(InvalidFields)
 def _invalid_fields(exc: InvalidFields):
     db.session.rollback()
-    return answer(exc.view(), exc.status)
+    return answer(exc.view(), status_of(exc))
 
 
-@bp.errorhandler(Refused)
+@bp.errorhandler(Refusal)
 def _api_error(exc: Refused):
     db.session.rollback()
     if isinstance(exc, approvals.EditRefused | outside_actions.OutsideRefused):  # what to change, for programs
@@ -85,8 +86,8 @@ def _api_error(exc: Refused):
         if not fields and getattr(exc, "field", None):
             fields = [{"field": exc.field, "problem": exc.message}]
         if fields:
-            return refused_with_fields(exc.status, exc.code, exc.message, fields)
-    return json_error(exc.status, exc.code, exc.message)
+            return refused_with_fields(status_of(exc), exc.code, exc.message, fields)
+    return json_error(status_of(exc), exc.code, exc.message)
 
 
 @bp.errorhandler(HTTPException)

@@ -12,27 +12,32 @@ from webapp.agent import decisions
 from webapp.agent.states import CallStatus
 from webapp.conversations import actions as conversations
 from webapp.models import Conversation, ToolCall, User, utcnow
+from webapp.refusals import Refusal
 from webapp.runtime.services import services
 from webapp.tools.registry import Review, ToolContext
-from webapp.web.errors import Refused
+
+
+class ApprovalRefused(Refusal):
+    """What the approvals refuse: a decision, a claim, an edit or a call that cannot be taken or shown."""
+
 
 MAX_REASON_CHARS = 2_000
-DECISION_STATUS = {"not_allowed": 403, "reason_required": 422, "invalid_input": 422}
+DECISION_KIND = {"not_allowed": "forbidden", "reason_required": "invalid", "invalid_input": "invalid"}
 
 
-class EditRefused(Refused):
+class EditRefused(ApprovalRefused):
     """Edited arguments the tool would refuse; `problems` says what is wrong, by argument (None: the
     arguments as a whole)."""
 
     def __init__(self, problems: dict[str | None, str]) -> None:
-        super().__init__(422, "invalid_input", " ".join(problems.values()) + " Nothing was approved.")
+        super().__init__("invalid", "invalid_input", " ".join(problems.values()) + " Nothing was approved.")
         self.problems = problems
 
 
 def find_call(session: Session, user: User, tool_call_id: int) -> ToolCall:
     call = session.scalar(select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.tenant_id == user.tenant_id))
     if call is None:
-        raise Refused(404, "not_found", f"No tool call {tool_call_id} in your account.")
+        raise ApprovalRefused("missing", "not_found", f"No tool call {tool_call_id} in your account.")
     return call
 
 
@@ -67,9 +72,13 @@ def claim(session: Session, reviewer: User, tool_call_id: int, take_over: bool =
     Commits, and tells the pages showing the tenant's approvals."""
     call = find_call(session, reviewer, tool_call_id)
     if call.status != CallStatus.AWAITING_APPROVAL:
-        raise Refused(409, "not_waiting", f"This call no longer waits for a decision (it is {call.status}).")
+        raise ApprovalRefused(
+            "conflict", "not_waiting", f"This call no longer waits for a decision (it is {call.status})."
+        )
     if session.get(Conversation, call.conversation_id).user_id == reviewer.id:
-        raise Refused(403, "not_allowed", "This call comes from your own conversation; another reviewer must take it.")
+        raise ApprovalRefused(
+            "forbidden", "not_allowed", "This call comes from your own conversation; another reviewer must take it."
+        )
     now = utcnow()
     free = or_(ToolCall.claimed_until.is_(None), ToolCall.claimed_until <= now, ToolCall.claimed_by_id == reviewer.id)
     taken = session.execute(
@@ -81,7 +90,11 @@ def claim(session: Session, reviewer: User, tool_call_id: int, take_over: bool =
     session.refresh(call)
     if not taken:
         session.rollback()
-        raise _held_by_another(call) if holder(call) else Refused(409, "not_waiting", "This call no longer waits.")
+        raise (
+            _held_by_another(call)
+            if holder(call)
+            else ApprovalRefused("conflict", "not_waiting", "This call no longer waits.")
+        )
     session.commit()
     services().live_events.changed(call.tenant_id)
     return call
@@ -100,9 +113,9 @@ def release(session: Session, reviewer: User, tool_call_id: int) -> ToolCall:
     return call
 
 
-def _held_by_another(call: ToolCall) -> Refused:
-    return Refused(
-        409,
+def _held_by_another(call: ToolCall) -> ApprovalRefused:
+    return ApprovalRefused(
+        "conflict",
         "claimed",
         f"Being reviewed by {decisions.who(call.claimed_by)} until {{at}}; take it over to review it yourself.",
         at=call.claimed_until,
@@ -129,15 +142,17 @@ def decide(
     """Approve or reject the call once; commits, then wakes its conversation. Bad input is refused
     before anything is looked up."""
     if decision not in ("approve", "reject"):
-        raise Refused(422, "invalid_field", 'The decision must be "approve" or "reject".')
+        raise ApprovalRefused("invalid", "invalid_field", 'The decision must be "approve" or "reject".')
     if reason is None:
         reason = ""
     if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
-        raise Refused(422, "invalid_field", f"The reason must be text of at most {MAX_REASON_CHARS} characters.")
+        raise ApprovalRefused(
+            "invalid", "invalid_field", f"The reason must be text of at most {MAX_REASON_CHARS} characters."
+        )
     if edited_input is not None and not isinstance(edited_input, dict):
-        raise Refused(422, "invalid_input", "Edited arguments must be a JSON object.")
+        raise ApprovalRefused("invalid", "invalid_input", "Edited arguments must be a JSON object.")
     if arguments_seen is not None and not isinstance(arguments_seen, str):
-        raise Refused(422, "invalid_field", "arguments_hash must be the hash string shown with the call.")
+        raise ApprovalRefused("invalid", "invalid_field", "arguments_hash must be the hash string shown with the call.")
     call = find_call(session, reviewer, tool_call_id)
     editable = call.status == CallStatus.AWAITING_APPROVAL and decision == "approve"
     own = session.get(Conversation, call.conversation_id).user_id == reviewer.id  # refused below: four-eyes
@@ -147,8 +162,8 @@ def decide(
             raise EditRefused(problems)
     if not arguments_seen and call.original_input is not None and decision == "approve":
         # an approval that names no arguments approves only the ones the call was asked with
-        raise Refused(
-            409,
+        raise ApprovalRefused(
+            "conflict",
             "arguments_changed",
             "A reviewer edited this call's arguments since it was asked: send the arguments_hash of the "
             "arguments you approve (read the call again to see them).",
@@ -170,7 +185,7 @@ def decide(
         session.rollback()
         if exc.code == "expired":  # settle it now rather than leave it to the sweeper
             _expire(session, call)
-        raise Refused(DECISION_STATUS.get(exc.code, 409), exc.code, exc.words, at=exc.at) from None
+        raise ApprovalRefused(DECISION_KIND.get(exc.code, "conflict"), exc.code, exc.words, at=exc.at) from None
     if call.claimed_by_id == reviewer.id:  # decided: the claim has done its work
         call.claimed_by_id = call.claimed_until = None
     conversations.commit_change(

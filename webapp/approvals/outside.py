@@ -20,28 +20,28 @@ from webapp.runtime.extensions import db
 
 if TYPE_CHECKING:
     from flask import Flask
+from webapp.approvals.actions import ApprovalRefused
 from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
 from webapp.runtime.services import services
-from webapp.web.errors import Refused
 
 MAX_WAIT_SECONDS = 60  # the longest one GET /api/calls/<id>?wait= holds (webapp/api/calls.py CallQuery)
 LOOK_SECONDS = 2.0  # a wait reads the call again at least this often (a lost signal costs no more)
-HTTP_STATUS = {  # of each OutsideError code
-    "unknown_tool": 422,
-    "invalid_input": 422,
-    "idempotency_conflict": 409,
-    "not_yours": 403,
-    "not_approved": 409,
-    "already_reported": 409,
-    "too_large": 422,
+KIND = {  # of each OutsideError code
+    "unknown_tool": "invalid",
+    "invalid_input": "invalid",
+    "idempotency_conflict": "conflict",
+    "not_yours": "forbidden",
+    "not_approved": "conflict",
+    "already_reported": "conflict",
+    "too_large": "invalid",
 }
 
 
-class OutsideRefused(Refused):
+class OutsideRefused(ApprovalRefused):
     """An outside call refused: `field` names the request field to change, `problems` the arguments."""
 
     def __init__(self, exc: outside.OutsideError) -> None:
-        super().__init__(HTTP_STATUS.get(exc.code, 409), exc.code, exc.message)
+        super().__init__(KIND.get(exc.code, "conflict"), exc.code, exc.message)
         self.field, self.problems = exc.field, exc.problems
 
 
@@ -69,9 +69,9 @@ def find(session: Session, user: User, call_id: int) -> ToolCall:
         )
     )
     if call is None:
-        raise Refused(404, "not_found", f"No call {call_id} from an outside agent in your account.")
+        raise ApprovalRefused("missing", "not_found", f"No call {call_id} from an outside agent in your account.")
     if call.acting_user_id != user.id and not any(user.has_role(role) for role in SUPERVISING):
-        raise Refused(403, "forbidden", "This call was asked for by another agent.")
+        raise ApprovalRefused("forbidden", "forbidden", "This call was asked for by another agent.")
     return call
 
 
@@ -87,8 +87,10 @@ def wait(app: Flask, user: User, call: ToolCall, seconds: int) -> ToolCall:
         live = services().live_events
         listener = live.hub.listen(user_id, [live.conversation_channel(conversation_id)])
     except TooManyStreams:
-        raise Refused(
-            429, "too_many_streams", "Too many waits and live streams are open, yours or this server's; try again."
+        raise ApprovalRefused(
+            "too_many",
+            "too_many_streams",
+            "Too many waits and live streams are open, yours or this server's; try again.",
         ) from None
     except (redis.RedisError, OSError):
         listener = None  # Redis is away: read the call every LOOK_SECONDS instead
@@ -134,7 +136,7 @@ def cancel(session: Session, agent: User, call_id: int, reason: str) -> ToolCall
     """The agent gives up a call that still waits (answered the same when it no longer waits)."""
     call = find(session, agent, call_id)
     if call.acting_user_id != agent.id:
-        raise Refused(403, "not_yours", "Only the agent whose token asked for this call gives it up.")
+        raise ApprovalRefused("forbidden", "not_yours", "Only the agent whose token asked for this call gives it up.")
     if call.status == CallStatus.AWAITING_APPROVAL:
         outside.cancel(session, call, agent, reason or f"{call.source} no longer needs it.")
         session.commit()

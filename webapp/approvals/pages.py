@@ -23,18 +23,20 @@ from webapp.agent.states import CallStatus
 from webapp.approvals import actions as approvals
 from webapp.approvals import editing
 from webapp.approvals import queries as inbox
+from webapp.approvals.actions import ApprovalRefused
 from webapp.approvals.queries import InboxFilters
 from webapp.conversations.cards import card, decisions_by_call
 from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User, utcnow
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.presenting import changes, duration, money, more_approvals
 from webapp.tools.registry import Review
 from webapp.web import htmx
-from webapp.web.errors import Refused
+from webapp.web.errors import status_of
 from webapp.web.pagination import BadCursor, Page
-from webapp.web.rendering import when
+from webapp.web.rendering import page_words, when
 from webapp.web.security import roles_required
 
 bp = Blueprint("approvals", __name__, url_prefix="/approvals")
@@ -115,15 +117,17 @@ def decide_many():
             number, _, seen = value.partition(":")
             try:
                 if not (number.isdigit() and int(number) <= inbox.LARGEST_ID):  # (ids are 32-bit)
-                    raise Refused(422, "invalid_field", f"“{value[:20]}” names no call.")
+                    raise ApprovalRefused("invalid", "invalid_field", f"“{value[:20]}” names no call.")
                 if not seen:  # each call is decided as it was shown, never as it became since
-                    raise Refused(409, "arguments_changed", "sent without the arguments it was shown with; reload.")
+                    raise ApprovalRefused(
+                        "conflict", "arguments_changed", "sent without the arguments it was shown with; reload."
+                    )
                 done.append(
                     approvals.decide(db.session, current_user, int(number), decision, form.get("reason", ""), seen)
                 )
-            except Refused as exc:
+            except Refusal as exc:
                 db.session.rollback()
-                refused.append(Markup("#{}: ").format(number[:12]) + exc.page_words())
+                refused.append(Markup("#{}: ").format(number[:12]) + page_words(exc))
         if done:
             verb = "approved" if decision == "approve" else "rejected"
             flash(f"You {verb} {len(done)} call{'s' if len(done) != 1 else ''}.", "info")
@@ -141,8 +145,8 @@ def badge():
 def _call(tool_call_id: int) -> ToolCall:
     try:
         return approvals.find_call(db.session, current_user, tool_call_id)
-    except Refused as exc:
-        abort(exc.status, description=exc.message)
+    except Refusal as exc:
+        abort(status_of(exc), description=exc.message)
 
 
 def _panel_context(call: ToolCall, typed: dict | None = None, errors: dict | None = None) -> dict:
@@ -230,7 +234,7 @@ def opened(tool_call_id: int):
     try:
         approvals.claim(db.session, current_user, call.id)
         held_by_another = False
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
         held_by_another = exc.code == "claimed"
     audit_chain.record(
@@ -255,7 +259,7 @@ def take_over(tool_call_id: int):
     """Take the call over from whoever is reviewing it (the page's button)."""
     try:
         call = approvals.claim(db.session, current_user, tool_call_id, take_over=True)
-    except Refused as exc:
+    except Refusal as exc:
         return _refused(tool_call_id, exc)
     flash(Markup("You are reviewing this call now, until {}.").format(when(call.claimed_until, relative=False)), "info")
     return htmx.go_to(url_for("approvals.show", tool_call_id=tool_call_id))
@@ -292,7 +296,9 @@ def decide(tool_call_id: int):
         call = _call(tool_call_id)
         tool = services().tools_for(db.session, call.tenant_id).get(call.name)
         if tool is None:
-            return _refused(tool_call_id, Refused(422, "invalid_input", f"There is no tool {call.name} to edit for."))
+            return _refused(
+                tool_call_id, ApprovalRefused("invalid", "invalid_input", f"There is no tool {call.name} to edit for.")
+            )
         edited, typed, errors = editing.read(tool, form)
         if errors:
             return _edit_refused(tool_call_id, typed, errors)
@@ -309,7 +315,7 @@ def decide(tool_call_id: int):
         )
     except approvals.EditRefused as exc:
         return _edit_refused(tool_call_id, typed, exc.problems)
-    except Refused as exc:
+    except Refusal as exc:
         return _refused(tool_call_id, exc)
     following = inbox.next_for(current_user)
     flash(_decided(call, following is not None), "info")
@@ -334,7 +340,7 @@ def _decided(call: ToolCall, more: bool) -> str:
     )
 
 
-def _refused(tool_call_id: int, exc: Refused):
+def _refused(tool_call_id: int, exc: Refusal):
     db.session.rollback()
     return htmx.refused(
         exc,

@@ -19,9 +19,14 @@ from sqlalchemy.orm import Session
 from webapp.audit import costs
 from webapp.audit.exports import record
 from webapp.models import MAX_ROW_ID, AuditEvent, User
-from webapp.web.errors import Refused
+from webapp.refusals import Refusal
 from webapp.web.ids import fits
 from webapp.web.pagination import BadCursor, Page, decode_cursor, keyset_page
+
+
+class AuditRefused(Refusal):
+    """What the audit log refuses: filters or a cursor that do not read."""
+
 
 PAGE_SIZE = 50
 API_LIMIT = 100
@@ -361,6 +366,6 @@ def api_page(session: Session, user: User, args: Mapping[str, str]) -> dict:
     `next_cursor` (None on the last page). Bad filters raise Refused 422 naming each problem."""
     asked = read_query(args, api=True)
     if asked.errors:
-        raise Refused(422, "invalid_filter", " ".join(asked.errors))
+        raise AuditRefused("invalid", "invalid_filter", " ".join(asked.errors))
     page = newest_first(session, select_events(user.tenant_id, asked.filters, session), asked.cursor, asked.size)
     return {"events": [record(event) for event in page.rows], "next_cursor": page.next_cursor}

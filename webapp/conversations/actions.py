@@ -14,11 +14,16 @@ from webapp.agent import moves, outside
 from webapp.agent.loop import ConversationBusy
 from webapp.agent.states import IDLE, ConversationStatus
 from webapp.models import Conversation, ToolCall, User
+from webapp.refusals import Refusal
 from webapp.runtime.queue import QueueUnavailable
 from webapp.runtime.services import services
 from webapp.tools.tasks import MAX_INPUT_CHARS
-from webapp.web.errors import Refused
 from webapp.web.pagination import Page, keyset_page
+
+
+class ConversationRefused(Refusal):
+    """What the conversations refuse: a message, a stop, a retry, a budget or an input that cannot be taken."""
+
 
 MAX_MESSAGE_CHARS = 20_000
 SUPERVISING = ("reviewer", "auditor", "admin")  # see every conversation of their tenant
@@ -76,24 +81,24 @@ def find(session: Session, user: User, conversation_id: int) -> Conversation:
         select(Conversation).where(Conversation.id == conversation_id, Conversation.tenant_id == user.tenant_id)
     )
     if conversation is None:
-        raise Refused(404, "not_found", f"No conversation {conversation_id} in your account.")
+        raise ConversationRefused("missing", "not_found", f"No conversation {conversation_id} in your account.")
     if conversation.source is not None:
-        raise Refused(
-            404,
+        raise ConversationRefused(
+            "missing",
             "not_found",
             f"{conversation_id} holds a call of the outside agent {conversation.source}, not a conversation with the "
             "assistant: reviewers find it in the approval inbox, programs at /api/calls/<id>.",
         )
     if conversation.user_id != user.id and not any(user.has_role(role) for role in SUPERVISING):
-        raise Refused(403, "forbidden", "This conversation belongs to another agent.")
+        raise ConversationRefused("forbidden", "forbidden", "This conversation belongs to another agent.")
     return conversation
 
 
 def check_message(text: object) -> str:
     if not isinstance(text, str) or not text.strip():
-        raise Refused(422, "invalid_field", "Write a message first.")
+        raise ConversationRefused("invalid", "invalid_field", "Write a message first.")
     if len(text) > MAX_MESSAGE_CHARS:
-        raise Refused(422, "invalid_field", f"A message is at most {MAX_MESSAGE_CHARS:,} characters.")
+        raise ConversationRefused("invalid", "invalid_field", f"A message is at most {MAX_MESSAGE_CHARS:,} characters.")
     return text
 
 
@@ -127,11 +132,13 @@ def post_message(session: Session, user: User, conversation: Conversation, text:
     """A follow-up question; refused while the assistant works or a call waits."""
     text = check_message(text)
     if conversation.user_id != user.id:
-        raise Refused(403, "forbidden", "Only the agent who started this conversation may write in it.")
+        raise ConversationRefused(
+            "forbidden", "forbidden", "Only the agent who started this conversation may write in it."
+        )
     try:
         services().loop(session, conversation).ask_later(text)
     except ConversationBusy as exc:
-        raise Refused(409, "conversation_busy", str(exc)) from None
+        raise ConversationRefused("conflict", "conversation_busy", str(exc)) from None
     version = moves.start_run(session, conversation)
     commit_change(
         session,
@@ -149,7 +156,9 @@ def cancel(session: Session, user: User, conversation: Conversation) -> None:
     try:
         version = moves.request_cancel(session, conversation, user.id)
     except ValueError:
-        raise Refused(409, "not_running", f"The conversation is {conversation.status}; nothing to stop.") from None
+        raise ConversationRefused(
+            "conflict", "not_running", f"The conversation is {conversation.status}; nothing to stop."
+        ) from None
     commit_change(
         session,
         "cancel_requested",
@@ -208,7 +217,9 @@ def retry(session: Session, user: User, conversation: Conversation) -> None:
     error = conversation.error_message
     version = moves.retry(session, conversation)
     if version is None:
-        raise Refused(409, "not_failed", f"The conversation is {conversation.status}; only a failed one is retried.")
+        raise ConversationRefused(
+            "conflict", "not_failed", f"The conversation is {conversation.status}; only a failed one is retried."
+        )
     commit_change(
         session,
         "retry_requested",
@@ -222,13 +233,15 @@ def retry(session: Session, user: User, conversation: Conversation) -> None:
 def extend_budget(session: Session, user: User, conversation: Conversation, extra_moves: object) -> None:
     """Give a budget-exhausted conversation more moves (reviewers and admins)."""
     if not (user.has_role("reviewer") or user.has_role("admin")):
-        raise Refused(403, "forbidden", "Only reviewers and admins extend budgets.")
+        raise ConversationRefused("forbidden", "forbidden", "Only reviewers and admins extend budgets.")
     if not isinstance(extra_moves, int) or isinstance(extra_moves, bool) or not 1 <= extra_moves <= 1000:
-        raise Refused(422, "invalid_field", "Extra moves must be a whole number from 1 to 1000.")
+        raise ConversationRefused("invalid", "invalid_field", "Extra moves must be a whole number from 1 to 1000.")
     before = conversation.move_budget
     version = moves.extend_budget(session, conversation, moves=extra_moves)
     if version is None:
-        raise Refused(409, "not_exhausted", f"The conversation is {conversation.status}, not out of budget.")
+        raise ConversationRefused(
+            "conflict", "not_exhausted", f"The conversation is {conversation.status}, not out of budget."
+        )
     commit_change(
         session,
         "budget_extended",
@@ -243,17 +256,17 @@ def give_input(session: Session, user: User, tool_call_id: int, text: object) ->
     """What a person types for a task waiting on input (a verification code, say)."""
     call = session.scalar(select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.tenant_id == user.tenant_id))
     if call is None:
-        raise Refused(404, "not_found", f"No tool call {tool_call_id} in your account.")
+        raise ConversationRefused("missing", "not_found", f"No tool call {tool_call_id} in your account.")
     conversation = find(session, user, call.conversation_id)
     _may_steer(user, conversation)
     if not isinstance(text, str) or not text.strip():
-        raise Refused(422, "invalid_field", "Type the input first.")
+        raise ConversationRefused("invalid", "invalid_field", "Type the input first.")
     if len(text) > MAX_INPUT_CHARS:
-        raise Refused(422, "invalid_field", f"The input is at most {MAX_INPUT_CHARS} characters.")
+        raise ConversationRefused("invalid", "invalid_field", f"The input is at most {MAX_INPUT_CHARS} characters.")
     try:
         version = moves.give_input(session, call, text.strip())
     except moves.InputRefused as exc:
-        raise Refused(409, "not_waiting_for_input", str(exc)) from None
+        raise ConversationRefused("conflict", "not_waiting_for_input", str(exc)) from None
     # what was typed stays out of the log: it may be a secret such as a code
     commit_change(
         session,
@@ -271,7 +284,9 @@ def give_input(session: Session, user: User, tool_call_id: int, text: object) ->
 def _may_steer(user: User, conversation: Conversation) -> None:
     if user.id == conversation.user_id or user.has_role("reviewer") or user.has_role("admin"):
         return
-    raise Refused(403, "forbidden", "Only the conversation's agent, reviewers and admins may do this.")
+    raise ConversationRefused(
+        "forbidden", "forbidden", "Only the conversation's agent, reviewers and admins may do this."
+    )
 
 
 def commit_change(

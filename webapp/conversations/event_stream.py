@@ -27,12 +27,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from webapp import webhooks
+from webapp.conversations.actions import ConversationRefused
 from webapp.identity import user_for_token
 from webapp.models import AuditEvent, Conversation
 from webapp.runtime.extensions import db
 from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
 from webapp.runtime.services import services
-from webapp.web.errors import Refused
 
 STREAM_SECONDS = 300
 KEEPALIVE_SECONDS = 5
@@ -48,7 +48,9 @@ def last_seen(header: str | None) -> int:
         return 0
     found = _EVENT_ID.match(header.strip())
     if found is None:
-        raise Refused(422, "invalid_field", "Last-Event-ID must be the id of an event this stream sent, like evt_42.")
+        raise ConversationRefused(
+            "invalid", "invalid_field", "Last-Event-ID must be the id of an event this stream sent, like evt_42."
+        )
     return int(found.group(1))
 
 
@@ -83,11 +85,15 @@ def stream(app: Flask, conversation: Conversation, user_id: int, token: str, aft
         live = services().live_events
         listener = live.hub.listen(user_id, [live.conversation_channel(conversation_id)])
     except TooManyStreams:
-        raise Refused(
-            429, "too_many_streams", "Too many live streams are open, yours or this server's; close one and try again."
+        raise ConversationRefused(
+            "too_many",
+            "too_many_streams",
+            "Too many live streams are open, yours or this server's; close one and try again.",
         ) from None
     except (redis.RedisError, OSError):
-        raise Refused(503, "unavailable", "Live events are unavailable now; try again in a minute.") from None
+        raise ConversationRefused(
+            "unavailable", "unavailable", "Live events are unavailable now; try again in a minute."
+        ) from None
 
     def read(since: int) -> list[tuple[int, str]]:
         """The events after `since` (none when the database cannot answer now: the next look will)."""

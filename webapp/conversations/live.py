@@ -21,10 +21,11 @@ from flask_login import current_user
 from sqlalchemy.exc import SQLAlchemyError
 
 from webapp.conversations import actions as conversations
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
 from webapp.runtime.services import services
-from webapp.web.errors import Refused
+from webapp.web.errors import status_of
 from webapp.web.security import session_key, signed_in, still_signed_in
 
 bp = Blueprint("live", __name__, url_prefix="/live")
@@ -46,8 +47,8 @@ def tenant():
 def conversation(conversation_id: int):
     try:
         found = conversations.find(db.session, current_user, conversation_id)
-    except Refused as exc:
-        abort(exc.status, description=exc.message)
+    except Refusal as exc:
+        abort(status_of(exc), description=exc.message)
     return _stream([services().live_events.conversation_channel(found.id)])
 
 

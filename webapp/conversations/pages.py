@@ -17,11 +17,12 @@ from webapp.conversations import actions as conversations
 from webapp.conversations.cards import card
 from webapp.conversations.transcript import transcript
 from webapp.models import Conversation, ToolCall, User
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.files import tool_file_path
 from webapp.web import htmx
-from webapp.web.errors import Refused
+from webapp.web.errors import status_of
 from webapp.web.pagination import BadCursor, Page, keyset_page
 from webapp.web.security import roles_required
 
@@ -49,8 +50,8 @@ STATUS_LABELS = conversations.STATUS_LABELS
 def _conversation(conversation_id: int) -> Conversation:
     try:
         return conversations.find(db.session, current_user, conversation_id)
-    except Refused as exc:
-        abort(exc.status, description=exc.message)
+    except Refusal as exc:
+        abort(status_of(exc), description=exc.message)
 
 
 def _render_conversation(
@@ -87,7 +88,7 @@ def _render_conversation(
     return htmx.render("conversations/show.html", "conversations/_conversation.html", status, **context)
 
 
-def _refused_here(conversation: Conversation, exc: Refused):
+def _refused_here(conversation: Conversation, exc: Refusal):
     db.session.rollback()
     return htmx.refused(
         exc,
@@ -142,9 +143,9 @@ def create():
     text = request.form.get("message", "")
     try:
         conversation = conversations.start(db.session, current_user, text)
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
-        return _render_index(exc.status, draft=text, composer_error=exc.message)
+        return _render_index(status_of(exc), draft=text, composer_error=exc.message)
     return redirect(url_for("conversations.show", conversation_id=conversation.id), code=303)
 
 
@@ -161,11 +162,11 @@ def post_message(conversation_id: int):
     text = request.form.get("message", "")
     try:
         conversations.post_message(db.session, current_user, conversation, text)
-    except Refused as exc:
+    except Refusal as exc:
         # The message stays in the composer with the reason beside it, for htmx and a plain post alike
         # (a redirect would lose it).
         db.session.rollback()
-        return _render_conversation(conversation, exc.status, draft=text, composer_error=exc.message)
+        return _render_conversation(conversation, status_of(exc), draft=text, composer_error=exc.message)
     return _after_action(conversation, keep_draft=False)  # sent: the box empties
 
 
@@ -175,7 +176,7 @@ def cancel(conversation_id: int):
     conversation = _conversation(conversation_id)
     try:
         conversations.cancel(db.session, current_user, conversation)
-    except Refused as exc:
+    except Refusal as exc:
         return _refused_here(conversation, exc)
     flash("Stopping: open tool calls are settled as cancelled.", "info")
     return _after_action(conversation)
@@ -189,7 +190,7 @@ def download(conversation_id: int, tool_call_id: int):
     made no file, a file gone. The path comes from the call's own result, never from the request."""
     try:
         conversation = conversations.find(db.session, current_user, conversation_id)
-    except Refused:
+    except Refusal:
         abort(404, description="No such file in your account.")
     call = db.session.scalar(
         select(ToolCall).where(ToolCall.id == tool_call_id, ToolCall.conversation_id == conversation.id)
@@ -212,7 +213,7 @@ def retry(conversation_id: int):
     conversation = _conversation(conversation_id)
     try:
         conversations.retry(db.session, current_user, conversation)
-    except Refused as exc:
+    except Refusal as exc:
         return _refused_here(conversation, exc)
     return _after_action(conversation)
 
@@ -227,7 +228,7 @@ def extend_budget(conversation_id: int):
         extra = -1
     try:
         conversations.extend_budget(db.session, current_user, conversation, extra)
-    except Refused as exc:
+    except Refusal as exc:
         return _refused_here(conversation, exc)
     flash(f"Budget extended to {conversation.move_budget} moves.", "info")
     return _after_action(conversation)
@@ -241,7 +242,7 @@ def give_input(conversation_id: int, tool_call_id: int):
         abort(404, description=f"No tool call {tool_call_id} in this conversation.")
     try:
         conversations.give_input(db.session, current_user, tool_call_id, request.form.get("input", ""))
-    except Refused as exc:
+    except Refusal as exc:
         return _refused_here(conversation, exc)
     flash("Sent; the tool is checking it.", "info")
     return _after_action(conversation)

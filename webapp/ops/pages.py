@@ -32,10 +32,10 @@ from webapp.agent.states import ConversationStatus
 from webapp.conversations import actions as conversations
 from webapp.models import OPERATOR, Conversation, Tenant, ToolCall, utcnow
 from webapp.ops.metrics import move_queue_counts, worker_slots
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.queue import move_job_id
 from webapp.runtime.services import services
-from webapp.web.errors import Refused
 from webapp.web.rendering import when
 from webapp.web.security import roles_required
 
@@ -131,7 +131,7 @@ def retry_conversation(conversation_id: int):
     try:
         conversation = conversations.find(db.session, current_user, conversation_id)
         conversations.retry(db.session, current_user, conversation)
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
         flash(exc.message, "error")
     except (redis.RedisError, OSError):  # committed: the sweeper enqueues it once Redis is back

@@ -25,9 +25,14 @@ from webapp.agent.states import IDLE, ConversationStatus
 from webapp.audit import costs
 from webapp.conversations import actions as conversations
 from webapp.models import Conversation, ModelCall, Run, RunItem, User, utcnow
+from webapp.refusals import Refusal
 from webapp.runtime.services import services
-from webapp.web.errors import Refused
 from webapp.web.pagination import Page, keyset_page
+
+
+class RunRefused(Refusal):
+    """What bulk runs refuse: a file, a run or a change to one that cannot be taken."""
+
 
 MAX_ITEMS = 10_000
 START_CHUNK = 200  # conversations started in one transaction
@@ -60,15 +65,17 @@ def create(
     the file it came from when `lines` says which), stored and audited; its conversations start in
     the background."""
     if not messages:
-        raise Refused(422, "invalid_field", "A run needs at least one item.")
+        raise RunRefused("invalid", "invalid_field", "A run needs at least one item.")
     if len(messages) > MAX_ITEMS:
-        raise Refused(422, "invalid_field", f"A run has at most {MAX_ITEMS:,} items; this one has {len(messages):,}.")
+        raise RunRefused(
+            "invalid", "invalid_field", f"A run has at most {MAX_ITEMS:,} items; this one has {len(messages):,}."
+        )
     problems = []
     for position, text in enumerate(messages, start=1):
         where = f"line {lines[position - 1]}" if lines is not None else f"item {position}"
         try:
             conversations.check_message(text)
-        except Refused as refusal:
+        except Refusal as refusal:
             problems.append(f"{where}: {refusal.message}")
             continue
         if "\x00" in text:
@@ -77,7 +84,7 @@ def create(
             problems.append(f"{where}: The message holds text that is not valid Unicode (a lone surrogate).")
     if problems:
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise Refused(422, "invalid_field", "Some items cannot run: " + "; ".join(problems[:5]) + more)
+        raise RunRefused("invalid", "invalid_field", "Some items cannot run: " + "; ".join(problems[:5]) + more)
     title = (title or "").strip()[:200] or f"{len(messages):,} item{'s' if len(messages) != 1 else ''}"
     run = Run(tenant_id=user.tenant_id, user_id=user.id, title=title, batch=batch, items=len(messages), started=0)
     session.add(run)
@@ -176,9 +183,9 @@ def visible_to(user: User):
 def find(session: Session, user: User, run_id: int) -> Run:
     run = session.scalar(select(Run).where(Run.id == run_id, Run.tenant_id == user.tenant_id))
     if run is None:
-        raise Refused(404, "not_found", f"No run {run_id} in your account.")
+        raise RunRefused("missing", "not_found", f"No run {run_id} in your account.")
     if run.user_id != user.id and not any(user.has_role(role) for role in conversations.SUPERVISING):
-        raise Refused(403, "forbidden", "This run belongs to another agent.")
+        raise RunRefused("forbidden", "forbidden", "This run belongs to another agent.")
     return run
 
 
@@ -257,10 +264,10 @@ def cancel(session: Session, user: User, run: Run) -> None:
     """Stop the run: no more items start, and every conversation of it still moving or waiting is
     asked to stop (its waiting calls settle as cancelled)."""
     if run.user_id != user.id and not (user.has_role("reviewer") or user.has_role("admin")):
-        raise Refused(403, "forbidden", "Only the run's agent, reviewers and admins may stop it.")
+        raise RunRefused("forbidden", "forbidden", "Only the run's agent, reviewers and admins may stop it.")
     run = session.get(Run, run.id, with_for_update=True, populate_existing=True)
     if run.cancelled_at is not None:
-        raise Refused(409, "already_cancelled", "This run was stopped already.")
+        raise RunRefused("conflict", "already_cancelled", "This run was stopped already.")
     run.cancelled_at, run.cancelled_by_id = utcnow(), user.id
     stopping = session.scalars(
         select(Conversation).where(
@@ -291,11 +298,13 @@ def read_items(filename: str, data: bytes) -> list[str]:
 def read_lines(filename: str, data: bytes) -> list[tuple[int, str]]:
     """As read_items, each message with the line of the file it starts on (for `create`'s `lines`)."""
     if len(data) > MAX_FILE_BYTES:
-        raise Refused(422, "invalid_file", f"The file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB.")
+        raise RunRefused("invalid", "invalid_file", f"The file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB.")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise Refused(422, "invalid_file", "The file is not UTF-8 text; save it as UTF-8 CSV or JSON Lines.") from None
+        raise RunRefused(
+            "invalid", "invalid_file", "The file is not UTF-8 text; save it as UTF-8 CSV or JSON Lines."
+        ) from None
     name = (filename or "").lower()
     if name.endswith((".jsonl", ".ndjson", ".json")) or text.lstrip().startswith("{"):
         return _json_lines(text)
@@ -310,10 +319,10 @@ def _json_lines(text: str) -> list[tuple[int, str]]:
         try:
             item = json.loads(line)
         except ValueError:
-            raise Refused(422, "invalid_file", f"Line {number} is not JSON.") from None
+            raise RunRefused("invalid", "invalid_file", f"Line {number} is not JSON.") from None
         if not isinstance(item, dict) or set(item) != {"message"} or not isinstance(item["message"], str):
-            raise Refused(
-                422, "invalid_file", f'Line {number} must be an object with one field, "message", holding text.'
+            raise RunRefused(
+                "invalid", "invalid_file", f'Line {number} must be an object with one field, "message", holding text.'
             )
         messages.append((number, item["message"]))
     return messages
@@ -328,7 +337,7 @@ def _csv_rows(text: str) -> list[tuple[int, str]]:
                 rows.append((starts, row))
             starts = reader.line_num + 1
     except csv.Error as exc:
-        raise Refused(422, "invalid_file", f"The CSV cannot be read: {exc}.") from None
+        raise RunRefused("invalid", "invalid_file", f"The CSV cannot be read: {exc}.") from None
     if not rows:
         return []
     header = [cell.strip().lower() for cell in rows[0][1]]
@@ -338,7 +347,7 @@ def _csv_rows(text: str) -> list[tuple[int, str]]:
     messages = []
     for line, row in rows:
         if column >= len(row):
-            raise Refused(422, "invalid_file", f"Line {line} has no message column.")
+            raise RunRefused("invalid", "invalid_file", f"Line {line} has no message column.")
         messages.append((line, row[column]))
     return messages
 

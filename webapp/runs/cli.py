@@ -11,9 +11,9 @@ from sqlalchemy import select
 
 from webapp import identity
 from webapp.models import User
+from webapp.refusals import Refusal
 from webapp.runs import actions
 from webapp.runtime.extensions import db
-from webapp.web.errors import Refused
 
 
 def register(app: Flask) -> None:
@@ -44,7 +44,7 @@ def register(app: Flask) -> None:
         try:
             messages = actions.read_items(file.name, file.read_bytes())
             run = actions.create(db.session, user, messages, batch=batch, title=title or file.name)
-        except Refused as refusal:
+        except Refusal as refusal:
             raise click.UsageError(refusal.message) from None
         way = "by Message Batch" if batch else "one by one"
         click.echo(f"Run {run.id} started: {run.items:,} item(s) of {user.email}, model moves {way}.")

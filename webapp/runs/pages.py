@@ -10,10 +10,12 @@ from sqlalchemy import select
 
 from webapp.conversations.actions import STATUS_LABELS
 from webapp.models import Conversation
+from webapp.refusals import Refusal
 from webapp.runs import actions as runs
+from webapp.runs.actions import RunRefused
 from webapp.runtime.extensions import db
 from webapp.web import htmx
-from webapp.web.errors import Refused
+from webapp.web.errors import status_of
 from webapp.web.pagination import BadCursor, Page
 from webapp.web.security import roles_required, takes_up_to
 
@@ -61,7 +63,7 @@ def create():
     title, batch = form.get("title", ""), form.get("batch") == "1"
     try:
         if upload is None or not upload.filename:
-            raise Refused(422, "invalid_file", "Choose a CSV or JSON Lines file of the items first.")
+            raise RunRefused("invalid", "invalid_file", "Choose a CSV or JSON Lines file of the items first.")
         items = runs.read_lines(upload.filename, upload.read(runs.MAX_FILE_BYTES + 1))
         run = runs.create(
             db.session,
@@ -71,9 +73,9 @@ def create():
             title=title or upload.filename,
             lines=[line for line, _ in items],
         )
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
-        return _render_index(exc.status, f"{exc.message} Choose the file again.", title, batch)
+        return _render_index(status_of(exc), f"{exc.message} Choose the file again.", title, batch)
     return redirect(url_for("runs.show", run_id=run.id), code=303)
 
 
@@ -105,7 +107,7 @@ def cancel(run_id: int):
     run = _run(run_id)
     try:
         runs.cancel(db.session, current_user, run)
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
         run = _run(run_id)
         return htmx.refused(
@@ -120,5 +122,5 @@ def _run(run_id: int):
     """The run if this person may see it; another tenant's is not found."""
     try:
         return runs.find(db.session, current_user, run_id)
-    except Refused as exc:
-        abort(exc.status, exc.message)
+    except Refusal as exc:
+        abort(status_of(exc), exc.message)

@@ -13,12 +13,12 @@ from sqlalchemy import select
 from webapp import identity
 from webapp.llm import choice, endpoints, grants
 from webapp.models import OPERATIONS_SLUG, McpServer, Tenant
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.settings import assistant_actions, mcp_actions, policy_actions
 from webapp.tools import mcp
 from webapp.tools.presenting import plural
-from webapp.web.errors import Refused
 
 
 def register(app: Flask) -> None:
@@ -111,7 +111,7 @@ def _register_policy_changes(app: Flask) -> None:
             saved = policy_actions.decide(
                 db.session, None, change_id, decision, reason, actor_label="command line (operator)"
             )
-        except Refused as exc:
+        except Refusal as exc:
             db.session.rollback()
             raise click.UsageError(exc.message) from None
         if saved.change.status == "approved":

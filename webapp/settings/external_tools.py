@@ -12,9 +12,8 @@ from webapp import audit_chain
 from webapp.agent import gate, policies
 from webapp.models import ExternalTool, User
 from webapp.runtime.services import services
-from webapp.settings import policy_actions
+from webapp.settings import SettingsRefused, policy_actions
 from webapp.tools import external
-from webapp.web.errors import Refused
 
 
 @dataclass(frozen=True)
@@ -86,8 +85,8 @@ def _refuse_a_reading_that_loosens(
     loosens = gate.reading_loosenings(was_read, now_read, in_force)
     if loosens:
         session.rollback()
-        raise Refused(
-            409,
+        raise SettingsRefused(
+            "conflict",
             "loosens_alone",
             f"{' '.join(loosens)} That would let some {tool.name} calls run on other numbers with no second admin. "
             f'Declare it again with the policy {{"mode": "always"}} (in force at once), then ask for the rule '
@@ -107,5 +106,5 @@ def remove(session: Session, admin: User, name: str) -> ExternalTool:
 def find_tool(session: Session, admin: User, name: str) -> ExternalTool:
     row = external.find(session, admin.tenant_id, name)
     if row is None:
-        raise Refused(404, "not_found", f"No tool named {name[:128]} is declared for outside agents.")
+        raise SettingsRefused("missing", "not_found", f"No tool named {name[:128]} is declared for outside agents.")
     return row

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from webapp import audit_chain, notify
 from webapp.config import Config
 from webapp.models import NotificationChannel, NotificationDelivery, User, utcnow
+from webapp.settings import SettingsRefused
 from webapp.settings.outbound_refusals import audit_refused_address
-from webapp.web.errors import Refused
 
 
 def _channel_data(channel: NotificationChannel) -> dict:
@@ -65,7 +65,7 @@ def rotate_webhook_secret(session: Session, config: Config, actor: User) -> str:
     """A new signing secret for the tenant's webhook, returned this once; the old one stops at once."""
     channel = notify.channels(session, actor.tenant_id).get("webhook")
     if channel is None:
-        raise Refused(404, "not_found", "There is no webhook to rotate the secret of; set one up first.")
+        raise SettingsRefused("missing", "not_found", "There is no webhook to rotate the secret of; set one up first.")
     secret = notify.new_secret()
     channel.secret_sealed, channel.updated_at = notify.seal_secret(config, secret), utcnow()
     _saved(session, actor, channel, "notification_secret_rotated")
@@ -103,7 +103,7 @@ def send_test(session: Session, config: Config, actor: User, kind: str) -> Notif
     """Send a test message through the channel now and log it; the delivery says how it went."""
     channel = notify.channels(session, actor.tenant_id).get(kind)
     if channel is None:
-        raise Refused(404, "not_found", "There is no such channel to test; set it up first.")
+        raise SettingsRefused("missing", "not_found", "There is no such channel to test; set it up first.")
     outcome = notify.send(session, config, channel, notify.test_notice(config, actor.tenant))
     row = notify.record(session, channel, None, "test", outcome, 1)
     session.commit()

@@ -13,12 +13,13 @@ from wtforms import SelectMultipleField, StringField, TextAreaField
 from wtforms.widgets import CheckboxInput, ListWidget
 
 from webapp import notify, webhooks
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.settings import notification_actions as actions
 from webapp.settings import webhook_actions
 from webapp.tools.presenting import plural
-from webapp.web.errors import Refused
+from webapp.web.errors import status_of
 from webapp.web.pagination import BadCursor
 from webapp.web.security import roles_required
 
@@ -124,7 +125,7 @@ def subscribe():
         return _page(subscription=form), 422
     try:
         subscription, secret = webhook_actions.subscribe(db.session, _admin(), form.url.data or "", form.events.data)
-    except Refused as refused:
+    except Refusal as refused:
         form.url.errors = [refused.message]
         return _page(subscription=form), 422
     return _page(new_subscription=(subscription, secret)), 201
@@ -166,8 +167,8 @@ def redeliver(webhook_id: int, delivery_id: int):
 def _or_404(act):
     try:
         return act()
-    except Refused as refused:
-        abort(refused.status, refused.message)
+    except Refusal as refused:
+        abort(status_of(refused), refused.message)
 
 
 def _page(

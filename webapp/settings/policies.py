@@ -17,11 +17,12 @@ from webapp.accounts import four_eyes
 from webapp.agent import access as access_rules
 from webapp.agent import policies as policy_rules
 from webapp.models import ROLES, User
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
-from webapp.settings import external_tools, policy_actions
+from webapp.settings import SettingsRefused, external_tools, policy_actions
 from webapp.tools import external, mcp
-from webapp.web.errors import Refused
+from webapp.web.errors import status_of
 from webapp.web.security import roles_required
 
 bp = Blueprint("policies", __name__, url_prefix="/admin/policies")
@@ -84,11 +85,13 @@ def decide_change(change_id: int):
     unknown = set(form) - {"csrf_token", "decision", "reason"}
     try:
         if unknown:
-            raise Refused(422, "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
+            raise SettingsRefused(
+                "invalid", "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page."
+            )
         saved = policy_actions.decide(db.session, _admin(), change_id, form.get("decision", ""), form.get("reason", ""))
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
-        return _policies_page(change_refusal=(change_id, exc.message, form.get("reason", ""))), exc.status
+        return _policies_page(change_refusal=(change_id, exc.message, form.get("reason", ""))), status_of(exc)
     change = saved.change
     if change.status == "approved":
         flash(f"Approved: {saved.policy.describe()} (version {saved.policy.version}) is in force.", "info")
@@ -102,9 +105,9 @@ def decide_change(change_id: int):
 def withdraw_change(change_id: int):
     try:
         change = policy_actions.withdraw(db.session, _admin(), change_id)
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
-        return _policies_page(change_refusal=(change_id, exc.message, "")), exc.status
+        return _policies_page(change_refusal=(change_id, exc.message, "")), status_of(exc)
     flash(f"Withdrew the change of {change.tool_name}; the rule stays as it is.", "info")
     return redirect(url_for(".index", _anchor=f"policy-{change.tool_name}"), code=303)
 
@@ -180,8 +183,8 @@ def declare_tool():
 def remove_tool(tool_name: str):
     try:
         external_tools.remove(db.session, _admin(), tool_name)
-    except Refused as exc:
-        abort(exc.status, description=exc.message)
+    except Refusal as exc:
+        abort(status_of(exc), description=exc.message)
     flash(f"Removed {tool_name}: outside agents can no longer ask for it; its calls so far stay.", "info")
     return redirect(url_for(".index", _anchor="outside-tools"), code=303)
 

@@ -23,8 +23,8 @@ from webapp.agent import gate, policies
 from webapp.agent.policies import Policy
 from webapp.models import MAX_ROW_ID, PolicyChange, User, utcnow
 from webapp.runtime.services import services
+from webapp.settings import SettingsRefused
 from webapp.tools.registry import Tool
-from webapp.web.errors import Refused
 
 PENDING = "pending"
 MAX_REASON_CHARS = 2000
@@ -125,10 +125,10 @@ def decide(
     passes the policy's checks (an operator lowered the ceiling since)."""
     change = find_change(session, decider, change_id, lock=True)
     if change.status != PENDING:
-        raise Refused(409, "already_decided", already_said(change), at=change.decided_at)
+        raise SettingsRefused("conflict", "already_decided", already_said(change), at=change.decided_at)
     if decider is not None and decider.id == change.requested_by_id:
-        raise Refused(
-            403,
+        raise SettingsRefused(
+            "forbidden",
             "not_allowed",
             "You asked for this change, so another admin of your organisation decides it (four eyes). "
             + (ONE_ADMIN if admin_count(session, change.tenant_id) < 2 else ""),
@@ -136,25 +136,21 @@ def decide(
     if decider is not None and decision == "approve":  # a loosening: never by an account the asker may hold
         refused = four_eyes.why_not_decide(session, decider, change.requested_by_id)
         if refused:
-            raise Refused(403, "not_allowed", refused)
-    reason = (reason or "").strip() or None
-    if reason is not None and len(reason) > MAX_REASON_CHARS:
-        raise Refused(422, "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters.")
-    if decision not in ("approve", "reject"):
-        raise Refused(422, "invalid_decision", 'The decision must be "approve" or "reject".')
-    if decision == "reject" and reason is None:
-        raise Refused(422, "reason_required", "Say why you reject the change; the admin who asked reads it.")
+            raise SettingsRefused("forbidden", "not_allowed", refused)
+    reason = _checked_reason(decision, reason)
     tool = services().tools_for(session, change.tenant_id).get(change.tool_name)
     if decision == "approve" and tool is None:
         _close(session, change, "superseded", decider, actor_label, "The tool is gone.")
         session.commit()
-        raise Refused(409, "tool_gone", f"The tool {change.tool_name} is no longer there; nothing was changed.")
+        raise SettingsRefused(
+            "conflict", "tool_gone", f"The tool {change.tool_name} is no longer there; nothing was changed."
+        )
     before = policies.policy_for(session, change.tenant_id, tool) if tool else None
     if decision == "approve" and before.version != change.base_version:
         _close(session, change, "superseded", decider, actor_label, "The policy changed since it was asked.")
         session.commit()
-        raise Refused(
-            409,
+        raise SettingsRefused(
+            "conflict",
             "policy_changed_since",
             f"The policy of {change.tool_name} changed since this change was asked (version {change.base_version} "
             f"then, {before.version} now), so approving it could undo the newer change. Nothing was changed; "
@@ -170,7 +166,9 @@ def decide(
         )
     except policies.PolicyError as exc:
         session.rollback()
-        raise Refused(422, "invalid_policy", f"{exc} Reject this change, and ask for one that fits.") from None
+        raise SettingsRefused(
+            "invalid", "invalid_policy", f"{exc} Reject this change, and ask for one that fits."
+        ) from None
     applied = policies.apply_policy(session, change.tenant_id, after, change.requested_by_id)
     change.applied_version = applied.version
     _close(session, change, "approved", decider, actor_label, reason)
@@ -187,13 +185,31 @@ def decide(
     return Saved(applied, change)
 
 
+def _checked_reason(decision: str, reason: str | None) -> str | None:
+    """The reason typed, trimmed (None when empty), once the decision and it are ones a change takes."""
+    reason = (reason or "").strip() or None
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        raise SettingsRefused(
+            "invalid", "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters."
+        )
+    if decision not in ("approve", "reject"):
+        raise SettingsRefused("invalid", "invalid_decision", 'The decision must be "approve" or "reject".')
+    if decision == "reject" and reason is None:
+        raise SettingsRefused(
+            "invalid", "reason_required", "Say why you reject the change; the admin who asked reads it."
+        )
+    return reason
+
+
 def withdraw(session: Session, actor: User, change_id: int) -> PolicyChange:
     """The admin who asked takes a waiting change back."""
     change = find_change(session, actor, change_id, lock=True)
     if change.status != PENDING:
-        raise Refused(409, "already_decided", already_said(change), at=change.decided_at)
+        raise SettingsRefused("conflict", "already_decided", already_said(change), at=change.decided_at)
     if change.requested_by_id != actor.id:
-        raise Refused(403, "not_allowed", "Only the admin who asked for a change can withdraw it; you can reject it.")
+        raise SettingsRefused(
+            "forbidden", "not_allowed", "Only the admin who asked for a change can withdraw it; you can reject it."
+        )
     _close(session, change, "withdrawn", actor, None, None)
     session.commit()
     return change
@@ -207,7 +223,7 @@ def find_change(session: Session, person: User | None, change_id: int, *, lock: 
         query = query.with_for_update()
     change = session.scalar(query) if 1 <= change_id <= MAX_ROW_ID else None
     if change is None or (person is not None and not person.is_operator and change.tenant_id != person.tenant_id):
-        raise Refused(404, "not_found", "There is no such policy change in your organisation.")
+        raise SettingsRefused("missing", "not_found", "There is no such policy change in your organisation.")
     return change
 
 

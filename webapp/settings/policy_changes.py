@@ -14,9 +14,10 @@ from sqlalchemy import select
 from webapp.accounts import actions as account_actions
 from webapp.accounts import four_eyes
 from webapp.models import OPERATOR, Tenant
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.settings import policy_actions
-from webapp.web.errors import Refused
+from webapp.settings import SettingsRefused, policy_actions
+from webapp.web.errors import status_of
 from webapp.web.security import roles_required
 
 bp = Blueprint("policy_changes", __name__, url_prefix="/ops/policy-changes")
@@ -35,13 +36,15 @@ def decide(change_id: int):
     try:
         unknown = set(form) - {"csrf_token", "decision", "reason"}
         if unknown:
-            raise Refused(422, "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
+            raise SettingsRefused(
+                "invalid", "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page."
+            )
         saved = policy_actions.decide(
             db.session, current_user._get_current_object(), change_id, form.get("decision", ""), form.get("reason")
         )
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
-        return _page(refusal=(change_id, exc.message, form.get("reason", ""))), exc.status
+        return _page(refusal=(change_id, exc.message, form.get("reason", ""))), status_of(exc)
     change = saved.change
     flash(f"{change.status.capitalize()} the change of {change.tool_name} (#{change.id}).", "info")
     return redirect(url_for(".index"), code=303)
@@ -55,13 +58,15 @@ def decide_role(change_id: int):
     try:
         unknown = set(form) - {"csrf_token", "decision", "reason"}
         if unknown:
-            raise Refused(422, "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
+            raise SettingsRefused(
+                "invalid", "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page."
+            )
         change = account_actions.decide_role_change(
             db.session, current_user._get_current_object(), change_id, form.get("decision", ""), form.get("reason")
         )
-    except Refused as exc:
+    except Refusal as exc:
         db.session.rollback()
-        return _page(role_refusal=(change_id, exc.message, form.get("reason", ""))), exc.status
+        return _page(role_refusal=(change_id, exc.message, form.get("reason", ""))), status_of(exc)
     flash(f"{change.status.capitalize()} the admin role for {change.user.email} (#{change.id}).", "info")
     return redirect(url_for(".index"), code=303)
 

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from webapp import webhooks
 from webapp.models import User, WebhookDelivery, WebhookSubscription
 from webapp.runtime.services import services
+from webapp.settings import SettingsRefused
 from webapp.settings.outbound_refusals import audit_refused_address
-from webapp.web.errors import Refused
 from webapp.web.pagination import Page, keyset_page
 
 
@@ -27,7 +27,7 @@ def subscribe(session: Session, admin: User, url: str, events: Sequence[str]) ->
     except webhooks.WebhookError as exc:
         session.rollback()
         audit_refused_address(session, exc, "webhook", admin.tenant_id, admin)
-        raise Refused(422, "invalid_webhook", str(exc)) from None
+        raise SettingsRefused("invalid", "invalid_webhook", str(exc)) from None
     session.commit()
     desk.subscribed.forget()  # this process sends its next events at once
     return subscription, secret
@@ -37,7 +37,7 @@ def find(session: Session, admin: User, subscription_id: int, removed_too: bool 
     """The tenant's webhook (with `removed_too`, one removed since too); 404 for any other."""
     subscription = webhooks.find(session, admin.tenant_id, subscription_id, removed_too)
     if subscription is None:
-        raise Refused(404, "not_found", f"No webhook {subscription_id} in your account.")
+        raise SettingsRefused("missing", "not_found", f"No webhook {subscription_id} in your account.")
     return subscription
 
 
@@ -71,7 +71,7 @@ def redeliver(session: Session, admin: User, subscription_id: int, delivery_id: 
         )
     )
     if delivery is None:
-        raise Refused(404, "not_found", f"No delivery {delivery_id} of webhook {subscription_id}.")
+        raise SettingsRefused("missing", "not_found", f"No delivery {delivery_id} of webhook {subscription_id}.")
     webhooks.redeliver(session, admin, delivery)
     session.commit()
     services().dispatcher.enqueue_webhooks(subscription_id)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -133,12 +132,6 @@ def more_approvals(count: int) -> str:
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """1 approval, 2 approvals."""
     return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"
-
-
-def at_moment(words: str, at: datetime | None) -> str:
-    """A sentence whose "{at}" is a moment, for the API and the command line: the exact UTC time. Pages
-    show the same sentence with the moment in the viewer's own time (web.errors.Refused.page_words)."""
-    return words.replace("{at}", at.strftime("%Y-%m-%d %H:%M:%S UTC")) if at is not None else words
 
 
 def duration(seconds: float) -> str:

@@ -6,30 +6,35 @@ from datetime import datetime
 
 from flask import jsonify, render_template, request
 from flask_wtf.csrf import CSRFError
-from markupsafe import Markup, escape
 from werkzeug.exceptions import HTTPException
 
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.tools.presenting import at_moment
-from webapp.web.rendering import when
+
+STATUS: dict[str, int] = {
+    "missing": 404,
+    "forbidden": 403,
+    "invalid": 422,
+    "conflict": 409,
+    "too_many": 429,
+    "unavailable": 503,
+    "bad_request": 400,
+    "unauthenticated": 401,
+}
+KIND_OF_STATUS = {status: kind for kind, status in STATUS.items()}
 
 
-class Refused(Exception):
-    """A request that cannot be honoured: an HTTP status, a stable `code` for the API, and a
-    `message` that tells a person what happened and what to do. A `words` with "{at}" names the
-    moment `at`: the exact UTC time in `message` (the API's), the viewer's own time in `page_words`."""
+class Refused(Refusal):
+    """A refusal the web layer raises itself (the pages, the API's doors, the sign-in), named by its HTTP
+    status; the features raise their own `Refusal` subclasses, by kind."""
 
     def __init__(self, status: int, code: str, words: str, at: datetime | None = None) -> None:
-        self.status, self.code, self.words, self.at = status, code, words, at
-        self.message = at_moment(words, at)
-        super().__init__(self.message)
+        super().__init__(KIND_OF_STATUS[status], code, words, at)
 
-    def page_words(self) -> str | Markup:
-        """The message for a page, its moment shown like every other time on the page."""
-        if self.at is None:
-            return self.message
-        before, _, after = self.words.partition("{at}")
-        return escape(before) + when(self.at, seconds=True, relative=False) + escape(after)
+
+def status_of(refusal: Refusal) -> int:
+    """The HTTP status that answers a refusal."""
+    return STATUS[refusal.kind]
 
 
 def json_error(status: int, code: str, message: str):

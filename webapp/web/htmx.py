@@ -11,7 +11,8 @@ from __future__ import annotations
 from flask import Response, flash, redirect, render_template
 from htmx_flask import make_response, request
 
-from webapp.web.errors import Refused
+from webapp.web.errors import Refused, status_of
+from webapp.web.rendering import page_words
 
 
 def is_htmx() -> bool:
@@ -29,9 +30,9 @@ def render(page: str, fragment: str, status: int = 200, **context) -> Response:
 def refused(exc: Refused, fragment, back_to: str) -> Response:
     """A refused change: for htmx, `fragment(status)` with the message flashed into it; else the
     message flashed and a redirect to `back_to`."""
-    flash(exc.page_words(), "error")
+    flash(page_words(exc), "error")
     if is_htmx():
-        return fragment(exc.status)
+        return fragment(status_of(exc))
     return redirect(back_to, code=303)
 
 

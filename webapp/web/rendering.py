@@ -11,6 +11,7 @@ import nh3
 from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
+from webapp.refusals import Refusal
 from webapp.tools.presenting import plural, shorten
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
@@ -56,9 +57,18 @@ def when(moment: datetime | None, seconds: bool = False, relative: bool = True) 
     return Markup('<time datetime="{}" {} title="{} UTC">{} UTC</time>').format(escape(iso), kind, exact, exact)
 
 
+def page_words(refusal: Refusal) -> str | Markup:
+    """A refusal's message for a page, its moment shown like every other time on the page."""
+    if refusal.at is None:
+        return refusal.message
+    before, _, after = refusal.words.partition("{at}")
+    return escape(before) + when(refusal.at, seconds=True, relative=False) + escape(after)
+
+
 def register(app) -> None:
     app.jinja_env.filters["markdown"] = markdown
     app.jinja_env.filters["pretty_json"] = pretty_json
     app.jinja_env.filters["when"] = when
     app.jinja_env.filters["shorten"] = shorten
+    app.jinja_env.filters["page_words"] = page_words
     app.jinja_env.globals["plural"] = plural
