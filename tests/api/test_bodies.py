@@ -679,7 +679,7 @@ def odd_bodies(good: dict):
         for label, written in ODD.items():
             yield ".".join(map(str, path)), label, raw_with(good, path, written)
     for label, written in ODD.items():
-        yield "colour", label, raw_with({**good, "colour": None}, ("colour",), written)
+        yield "colour", label, raw_with(good, ("colour",), written)
 
 
 def leaves(value, path=()):
@@ -694,7 +694,8 @@ def leaves(value, path=()):
 
 
 def raw_with(body: dict, path: tuple, written: str) -> str:
-    marked = json.loads(json.dumps(body))
+    """The body as JSON with the value at `path` written as given (a top-level field it lacks is added)."""
+    marked = json.loads(json.dumps({**body, path[0]: None} if len(path) == 1 and path[0] not in body else body))
     inside = marked
     for part in path[:-1]:
         inside = inside[part]
