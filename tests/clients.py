@@ -13,6 +13,14 @@ from webapp.runtime.extensions import db
 from webapp.web.security import SESSION_KEY
 
 PASSWORD = "demo-password"
+# Demo people of the acme tenant, by the email they sign in with.
+AGENT, REVIEWER, REVIEWER2, ADMIN, ADMIN2 = (
+    "agent@acme.test",
+    "reviewer@acme.test",
+    "reviewer2@acme.test",
+    "admin@acme.test",
+    "admin2@acme.test",
+)
 CSRF = re.compile(r'name="csrf_token"[^>]*value="([^"]+)"')
 
 

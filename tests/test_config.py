@@ -24,7 +24,15 @@ def refusal(tmp_path, **env: str) -> str:
     [
         ("MOVE_BUDGET", "abc", "MOVE_BUDGET must be a whole number of at least 1, got 'abc'; e.g. MOVE_BUDGET=25"),
         ("MOVE_BUDGET", "2.5", "MOVE_BUDGET must be a whole number of at least 1, got '2.5'; e.g. MOVE_BUDGET=25"),
+        ("MOVE_BUDGET", "lots", "MOVE_BUDGET must be a whole number of at least 1, got 'lots'; e.g. MOVE_BUDGET=25"),
+        ("MOVE_BUDGET", "0", "MOVE_BUDGET must be at least 1, got 0; e.g. MOVE_BUDGET=25"),
         ("TOKEN_BUDGET", "-5", "TOKEN_BUDGET must be at least 0, got -5; e.g. TOKEN_BUDGET=0"),
+        (
+            "MODEL_TIMEOUT_SECONDS",
+            "soon",
+            "MODEL_TIMEOUT_SECONDS must be a number of seconds, got 'soon'; e.g. MODEL_TIMEOUT_SECONDS=60",
+        ),
+        ("EXPORT_STEP_SECONDS", "-1", "EXPORT_STEP_SECONDS must be at least 0, got -1; e.g. EXPORT_STEP_SECONDS=1"),
         ("TOOL_OUTPUT_LIMIT", "100", "TOOL_OUTPUT_LIMIT must be at least 200, got 100; e.g. TOOL_OUTPUT_LIMIT=8000"),
         (
             "STALE_APPROVAL_HOURS",
@@ -44,6 +52,12 @@ def refusal(tmp_path, **env: str) -> str:
             " e.g. MOVE_RETRY_INTERVALS=5,30,120",
         ),
         (
+            "MOVE_RETRY_INTERVALS",
+            "5,x",
+            "MOVE_RETRY_INTERVALS must be comma-separated seconds (whole, 0 or more), got '5,x';"
+            " e.g. MOVE_RETRY_INTERVALS=5,30,120",
+        ),
+        (
             "LOG_LEVEL",
             "chatty",
             "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, got 'chatty'; e.g. LOG_LEVEL=INFO",
@@ -53,6 +67,16 @@ def refusal(tmp_path, **env: str) -> str:
             "DATABASE_URL",
             "mysql://me:pw@db/x",
             "DATABASE_URL must be a sqlite:/// path or a postgresql:// URL, got mysql:...",
+        ),
+        (
+            "DATABASE_URL",
+            "mysql://db/x",
+            "DATABASE_URL must be a sqlite:/// path or a postgresql:// URL, got mysql:...",
+        ),
+        (
+            "EXTRA_TOOLS",
+            "tests.task_tools",
+            "EXTRA_TOOLS entries are package.module:ToolClass, comma-separated; got 'tests.task_tools'",
         ),
         (
             "METRICS_TOKEN",

@@ -3,6 +3,7 @@ with every bad field named, and responses in the shape clients rely on."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import typing
@@ -11,6 +12,8 @@ import pytest
 from sqlalchemy import func, select
 
 from demo.billing.models import Refund
+from tests.api.test_outside_calls import TRANSFER
+from tests.clients import ADMIN, ADMIN2, AGENT, REVIEWER
 from tests.model_server import Reply
 from tests.replies import reply, text, tool_use
 from webapp.agent.decisions import arguments_hash
@@ -21,8 +24,6 @@ from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.tools.tasks import STATUSES
 
-AGENT = "agent@acme.test"
-REVIEWER = "reviewer@acme.test"
 REFUND = {"invoice_id": 4471, "amount_cents": 9000, "reason": "late delivery"}
 
 CONVERSATION_KEYS = {
@@ -509,21 +510,8 @@ AMOUNTS = {  # the money a call moves: its checks are the gate's (tests at the e
     ("api.ask_call", "input.amount_cents"),
     ("api.decide_approval", "input.amount_cents"),
 }
-ADMIN, ADMIN2, REVIEWER2 = "admin@acme.test", "admin2@acme.test", "reviewer2@acme.test"
-TRANSFER_TOOL = {
-    "description": "Send money from the treasury account to a supplier's account.",
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "amount_cents": {"type": "integer", "minimum": 1},
-            "account": {"type": "string", "pattern": "^[A-Z]+-[0-9]+$"},
-            "memo": {"type": "string"},
-        },
-        "required": ["amount_cents", "account"],
-    },
-    "amount": "amount_cents",
-    "subject": "account",
-}
+TRANSFER_TOOL = copy.deepcopy(TRANSFER)  # as the outside calls' tests declare it, with accounts as ACME-17
+TRANSFER_TOOL["input_schema"]["properties"]["account"]["pattern"] = "^[A-Z]+-[0-9]+$"
 
 
 def asked(key: str) -> dict:
@@ -691,7 +679,7 @@ def odd_bodies(good: dict):
         for label, written in ODD.items():
             yield ".".join(map(str, path)), label, raw_with(good, path, written)
     for label, written in ODD.items():
-        yield "colour", label, raw_with({**good, "colour": None}, ("colour",), written)
+        yield "colour", label, raw_with(good, ("colour",), written)
 
 
 def leaves(value, path=()):
@@ -706,7 +694,8 @@ def leaves(value, path=()):
 
 
 def raw_with(body: dict, path: tuple, written: str) -> str:
-    marked = json.loads(json.dumps(body))
+    """The body as JSON with the value at `path` written as given (a top-level field it lacks is added)."""
+    marked = json.loads(json.dumps({**body, path[0]: None} if len(path) == 1 and path[0] not in body else body))
     inside = marked
     for part in path[:-1]:
         inside = inside[part]

@@ -7,16 +7,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
+from tests.clients import ADMIN, ADMIN2, AGENT, REVIEWER, REVIEWER2
 from webapp.agent import decisions
 from webapp.models import ToolCall
 
-AGENT, REVIEWER, REVIEWER2, ADMIN, ADMIN2 = (
-    "agent@acme.test",
-    "reviewer@acme.test",
-    "reviewer2@acme.test",
-    "admin@acme.test",
-    "admin2@acme.test",
-)
 # As an attacker would declare it: no minimum on the amount.
 WIRE = {
     "description": "Wire money to a supplier's account.",

@@ -36,6 +36,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy import select
 
+from tests.api.test_bodies import leaves, raw_with
 from tests.model_server import Reply
 from tests.replies import reply, tool_use
 from webapp.identity import issue_token
@@ -267,8 +268,8 @@ def test_odd_values_in_any_field_of_a_generated_body_are_never_a_server_error(de
                 if name in body and data.draw(st.booleans()):
                     body[name] = value
             variants = [
-                (path, label, _raw_with(body, path, written))
-                for path in [*_leaves(body), ("colour",)]
+                (path, label, raw_with(body, path, written))
+                for path in [*leaves(body), ("colour",)]
                 for label, written in ODD.items()
             ]
             variants.append((("colour",), "an unknown field", json.dumps({**body, "colour": "red"})))
@@ -294,23 +295,3 @@ def test_odd_values_in_any_field_of_a_generated_body_are_never_a_server_error(de
     print(f"odd values: statuses {dict(sorted(sent.items()))}")
     assert not failures, "\n".join(failures)
     assert 422 in sent
-
-
-def _leaves(value, path=()):
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            yield from _leaves(inner, (*path, key))
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            yield from _leaves(inner, (*path, index))
-    elif path:
-        yield path
-
-
-def _raw_with(body: dict, path: tuple, written: str) -> str:
-    marked = json.loads(json.dumps({**body, path[0]: None} if len(path) == 1 and path[0] not in body else body))
-    inside = marked
-    for part in path[:-1]:
-        inside = inside[part]
-    inside[path[-1]] = "__odd__"
-    return json.dumps(marked).replace('"__odd__"', written)

@@ -9,18 +9,12 @@ import time
 import pytest
 from sqlalchemy import func, select
 
+from tests.clients import ADMIN, ADMIN2, AGENT, REVIEWER, REVIEWER2
 from webapp import webhooks
 from webapp.agent import decisions
 from webapp.models import AuditEvent, Conversation, ExternalCall, ToolCall, utcnow
 from webapp.runtime.services import services
 
-AGENT, REVIEWER, REVIEWER2, ADMIN, ADMIN2 = (
-    "agent@acme.test",
-    "reviewer@acme.test",
-    "reviewer2@acme.test",
-    "admin@acme.test",
-    "admin2@acme.test",
-)
 TRANSFER = {
     "description": "Send money from the treasury account to a supplier's account.",
     "input_schema": {
@@ -61,6 +55,22 @@ def last_event(read) -> int:
     """The newest audit event's id: the audit log outlives each test (it is append-only) while ids of
     calls start again, so a test reads the events after it."""
     return read(lambda s: s.scalar(select(func.coalesce(func.max(AuditEvent.id), 0))))
+
+
+def actions_on(read, call_id: int, after: int, *also) -> list[str]:
+    """The audit log's actions on the call after event `after`, oldest first (`also`: more conditions)."""
+    where = (AuditEvent.tool_call_id == call_id, AuditEvent.id > after, *also)
+    return read(lambda s: s.scalars(select(AuditEvent.action).where(*where).order_by(AuditEvent.id)).all())
+
+
+# What the audit log says of a call two people approved and its agent then reported on.
+APPROVED_TWICE_AND_REPORTED = [
+    "tool_call_requested",
+    "approval_requested",
+    "approval_decided",
+    "approval_decided",
+    "call_outcome_reported",
+]
 
 
 def test_a_declared_tool_waits_by_default_and_an_edited_call_needs_two_people(api, read):
@@ -118,20 +128,7 @@ def test_a_declared_tool_waits_by_default_and_an_edited_call_needs_two_people(ap
     again = api.as_(AGENT).post(f"/api/calls/{call['id']}/outcome", json={"ok": False, "summary": "Other."})
     assert again.status_code == 409 and again.json["error"] == "already_reported"
 
-    actions = read(
-        lambda s: s.scalars(
-            select(AuditEvent.action)
-            .where(AuditEvent.tool_call_id == call["id"], AuditEvent.id > before)
-            .order_by(AuditEvent.id)
-        ).all()
-    )
-    assert actions == [
-        "tool_call_requested",
-        "approval_requested",
-        "approval_decided",
-        "approval_decided",
-        "call_outcome_reported",
-    ]
+    assert actions_on(read, call["id"], before) == APPROVED_TWICE_AND_REPORTED
 
 
 def call_conversation(session, call_id: int) -> int:

@@ -29,6 +29,15 @@ def open_first_waiting_call(reviewer) -> None:
     reviewer.wait_for_load_state("load")  # the shortcuts' script has run
 
 
+def reviewer_on_the_call(page_for, workers, request: str):
+    """The agent asks; a reviewer's page, open on the call that waits for a decision."""
+    workers()
+    ask(page_for("agent@acme.test"), request)
+    reviewer = page_for("reviewer@acme.test")
+    open_first_waiting_call(reviewer)
+    return reviewer
+
+
 def test_a_reviewer_edits_a_refund_against_the_invoice_and_the_agent_reads_what_was_done(page_for, workers):
     workers()
     agent = page_for("agent@acme.test")
@@ -115,11 +124,7 @@ def test_after_a_decision_the_page_moves_to_the_next_call_and_a_second_key_confi
 
 
 def test_a_live_refresh_of_the_panel_keeps_what_the_reviewer_is_typing(page_for, workers):
-    workers()
-    agent = page_for("agent@acme.test")
-    ask(agent, "Please refund $75 on invoice 4471, the delivery was late")
-    reviewer = page_for("reviewer@acme.test")
-    open_first_waiting_call(reviewer)
+    reviewer = reviewer_on_the_call(page_for, workers, "Please refund $75 on invoice 4471, the delivery was late")
     reviewer.get_by_text("Edit and approve").click()
     reviewer.get_by_label("Amount ($)").fill("12.34")
     reviewer.get_by_label("Reason (the model is told)").fill("half typed")
@@ -132,11 +137,7 @@ def test_a_live_refresh_of_the_panel_keeps_what_the_reviewer_is_typing(page_for,
 
 
 def test_a_live_refresh_while_a_decision_is_in_flight_does_not_cost_the_move(page_for, workers):
-    workers()
-    agent = page_for("agent@acme.test")
-    ask(agent, 'Email customer 4471 saying "Your refund is on its way"')
-    reviewer = page_for("reviewer@acme.test")
-    open_first_waiting_call(reviewer)
+    reviewer = reviewer_on_the_call(page_for, workers, 'Email customer 4471 saying "Your refund is on its way"')
 
     def refresh_then_send(route):
         # the panel's own live refresh (what the decision's live signal makes), before the answer
@@ -155,11 +156,8 @@ CLOCK_SECONDS = r"\d{1,2}:\d\d:\d\d\s[AP]M"
 
 
 def test_every_time_on_the_panel_reads_in_the_viewers_own_clock_a_refused_decision_included(page_for, workers):
-    workers()
-    agent = page_for("agent@acme.test")
-    ask(agent, 'Email customer 4471 saying "Your refund is on its way"')  # no money: one click approves
-    first = page_for("reviewer@acme.test")
-    open_first_waiting_call(first)  # opened first: first holds it
+    # no money: one click approves; opened first, so first holds it
+    first = reviewer_on_the_call(page_for, workers, 'Email customer 4471 saying "Your refund is on its way"')
     first.evaluate("document.getElementById('decision-panel').dataset.marked = 'yes'")
     with first.expect_response(re.compile(r"/panel$")):  # a live refresh that brings the same panel
         first.evaluate(REFRESH_PANEL.split(";", 1)[1])  # as htmx makes it: edits.js compares it with the last

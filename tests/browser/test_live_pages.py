@@ -128,12 +128,19 @@ def test_the_approve_shortcut_right_after_a_panel_refresh_still_decides_through_
     expect(reviewer.locator(".flash").first).to_contain_text("You approved Issue a refund")
 
 
-def test_streamed_text_appears_before_the_model_call_ends(page_for, workers, model):
-    gate = threading.Event()
-    model.enqueue(Reply.held(gate), match="[[long answer]]")
+def asked_for_a_long_answer(page_for, workers, model, held, message: str):
+    """The agent's page, once it has asked for a long answer that the model streams as `held` lets it
+    (a threading.Event: nothing more until it is set; seconds: a chunk that often)."""
+    model.enqueue(Reply.held(held), match="[[long answer]]")
     workers(MODEL_TIMEOUT_SECONDS="120")  # the held stream must not time out and be retried unheld
     agent = page_for("agent@acme.test")
-    ask(agent, "[[long answer]] please")
+    ask(agent, f"[[long answer]] {message}")
+    return agent
+
+
+def test_streamed_text_appears_before_the_model_call_ends(page_for, workers, model):
+    gate = threading.Event()
+    agent = asked_for_a_long_answer(page_for, workers, model, gate, "please")
     live = agent.locator("#live-answer .text")
     expect(live).not_to_be_empty()  # the first words are on screen while the model still holds the stream
     assert not gate.is_set()
@@ -145,10 +152,7 @@ def test_streamed_text_appears_before_the_model_call_ends(page_for, workers, mod
 
 def test_a_reload_mid_stream_shows_the_text_so_far_then_follows(page_for, workers, model):
     gate = threading.Event()
-    model.enqueue(Reply.held(gate), match="[[long answer]]")
-    workers(MODEL_TIMEOUT_SECONDS="120")  # the held stream must not time out and be retried unheld
-    agent = page_for("agent@acme.test")
-    ask(agent, "[[long answer]] again")
+    agent = asked_for_a_long_answer(page_for, workers, model, gate, "again")
     expect(agent.locator("#live-answer .text")).not_to_be_empty()
     so_far = agent.locator("#live-answer .text").inner_text()
     agent.reload()
@@ -158,10 +162,7 @@ def test_a_reload_mid_stream_shows_the_text_so_far_then_follows(page_for, worker
 
 
 def test_stop_during_a_stream_leaves_a_conversation_that_carries_on(page_for, workers, model):
-    model.enqueue(Reply.held(0.3), match="[[long answer]]")  # a slow model: a chunk every 0.3 s
-    workers(MODEL_TIMEOUT_SECONDS="120")
-    agent = page_for("agent@acme.test")
-    ask(agent, "[[long answer]] and stop")
+    agent = asked_for_a_long_answer(page_for, workers, model, 0.3, "and stop")  # a slow model: a chunk every 0.3 s
     expect(agent.locator("#live-answer .text")).not_to_be_empty()
     agent.get_by_role("button", name="Stop").click()
     expect(agent.locator("#conversation-status")).to_have_text("stopped")
@@ -174,10 +175,7 @@ def test_stop_during_a_stream_leaves_a_conversation_that_carries_on(page_for, wo
 
 def test_a_draft_survives_live_refreshes_and_sending_empties_the_box(page_for, workers, model):
     gate = threading.Event()
-    model.enqueue(Reply.held(gate), match="[[long answer]]")
-    workers(MODEL_TIMEOUT_SECONDS="120")
-    agent = page_for("agent@acme.test")
-    ask(agent, "[[long answer]] please")
+    agent = asked_for_a_long_answer(page_for, workers, model, gate, "please")
     box = agent.get_by_label("Your message")
     expect(agent.locator("#live-answer .text")).not_to_be_empty()
     box.fill("Thanks; next, show invoices for customer 4471")  # typed while the assistant still works

@@ -21,8 +21,9 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import func, select
 
-from tests.api.test_outside_calls import AGENT, REVIEWER, REVIEWER2, declare
+from tests.api.test_outside_calls import APPROVED_TWICE_AND_REPORTED, actions_on, declare, last_event
 from tests.browser.test_decision_page import open_first_waiting_call
+from tests.clients import AGENT, REVIEWER, REVIEWER2
 from tests.conftest import wait_until
 from webapp.models import AuditEvent, ExternalCall, ToolCall
 from webapp.runtime.extensions import db
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_langgraph_agent_runs_the_transfer_two_reviewers_edited_and_approved(
     page_for, live_server, api, read, tmp_path
 ):
-    before = read(lambda s: s.scalar(select(func.coalesce(func.max(AuditEvent.id), 0))))
+    before = last_event(read)
     assert declare(api, policy={"mode": "always", "approvals": 2}).status_code == 200
     ledger = tmp_path / "ledger.jsonl"
     request = ("--request", "Pay supplier ACME-17 $300 for invoice 88", "--ledger", str(ledger))
@@ -68,20 +69,8 @@ def test_a_langgraph_agent_runs_the_transfer_two_reviewers_edited_and_approved(
     call = read(lambda s: s.scalar(select(ToolCall).where(ToolCall.source == "treasury-graph")))
     assert call.status == "succeeded" and call.input["amount_cents"] == 20_000
     assert call.original_input["amount_cents"] == 30_000
-    actions = read(
-        lambda s: s.scalars(
-            select(AuditEvent.action)
-            .where(AuditEvent.tool_call_id == call.id, AuditEvent.id > before, AuditEvent.action != "approval_viewed")
-            .order_by(AuditEvent.id)
-        ).all()
-    )
-    assert actions == [
-        "tool_call_requested",
-        "approval_requested",
-        "approval_decided",
-        "approval_decided",
-        "call_outcome_reported",
-    ]
+    actions = actions_on(read, call.id, before, AuditEvent.action != "approval_viewed")
+    assert actions == APPROVED_TWICE_AND_REPORTED
 
 
 def test_the_client_asks_waits_and_reports_as_a_coroutine_and_says_what_the_desk_refused(live_server, api, app):

@@ -8,13 +8,12 @@ from __future__ import annotations
 from html import unescape
 
 import pytest
-from sqlalchemy import select
 
 from tests.approvals.test_decision_page import section, words
+from tests.approvals.test_inbox import waiting_calls
 from tests.clients import session_as
 from tests.conftest import BILLING
-from tests.model_server import Reply
-from tests.replies import reply, tool_use
+from tests.replies import tool_use
 from webapp.models import Conversation, ToolCall
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
@@ -34,12 +33,8 @@ def give_back(order: int, dollars: str, note: str = "late") -> dict:
 
 
 def converse(api, model, message: str, *calls: dict) -> list[ToolCall]:
-    model.enqueue(Reply.message(reply(*calls)), match=message)
-    created = api.as_("agent@acme.test").post("/api/conversations", json={"message": message}).json
-    services().loop(db.session, db.session.get(Conversation, created["id"])).complete()
-    found = list(db.session.scalars(select(ToolCall).where(ToolCall.conversation_id == created["id"])))
-    db.session.remove()
-    return found
+    """The agent says `message`, the model asks for `calls`: each as it stands once the loop has run."""
+    return waiting_calls(api, model, *calls, message=message)
 
 
 def test_its_default_policy_amount_rule_and_subject_come_from_its_own_arguments(app, api, model):
