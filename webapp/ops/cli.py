@@ -133,14 +133,7 @@ def endpoint_update_command(name, base_url, model, api_key, api_key_env, forget_
 @_tenant_option
 def endpoint_allow_command(name: str, tenant_slugs: tuple[str, ...]) -> None:
     """Let the tenants given with --tenant use the endpoint NAME: their admins may then choose it."""
-    if not tenant_slugs:
-        raise click.UsageError("Name a tenant with --tenant SLUG (repeat it for more).")
-    try:
-        endpoint = endpoints.endpoint_named(db.session, name)
-        change = ops_actions.change_access(db.session, endpoint, allow=tenant_slugs, actor_label="command line")
-    except endpoints.EndpointError as exc:
-        raise click.UsageError(str(exc)) from None
-    _echo_access(change)
+    _change_access(name, tenant_slugs, allow=tenant_slugs)
 
 
 @endpoint_group.command("disallow")
@@ -149,14 +142,19 @@ def endpoint_allow_command(name: str, tenant_slugs: tuple[str, ...]) -> None:
 def endpoint_disallow_command(name: str, tenant_slugs: tuple[str, ...]) -> None:
     """Withdraw the endpoint NAME from the tenants given with --tenant. A tenant it serves goes back to
     the default model; one that routes simple questions to it stops routing."""
+    _change_access(name, tenant_slugs, disallow=tenant_slugs)
+
+
+def _change_access(name: str, tenant_slugs: tuple[str, ...], **change: tuple[str, ...]) -> None:
+    """Allow or disallow (`change`) the endpoint NAME for the tenants given, and say what changed."""
     if not tenant_slugs:
         raise click.UsageError("Name a tenant with --tenant SLUG (repeat it for more).")
     try:
         endpoint = endpoints.endpoint_named(db.session, name)
-        change = ops_actions.change_access(db.session, endpoint, disallow=tenant_slugs, actor_label="command line")
+        done = ops_actions.change_access(db.session, endpoint, **change, actor_label="command line")
     except endpoints.EndpointError as exc:
         raise click.UsageError(str(exc)) from None
-    _echo_access(change)
+    _echo_access(done)
 
 
 @endpoint_group.command("list")

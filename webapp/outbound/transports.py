@@ -7,7 +7,7 @@ import functools
 import socket
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -16,6 +16,23 @@ import httpcore2
 import httpx2
 
 from webapp.outbound.addresses import allowance, check_peer, checked_addresses
+
+
+def _resolved(host: str, port: int, allowed) -> list:
+    """The addresses of host:port that the rule allows; a name that does not resolve is httpcore2's
+    ConnectError."""
+    try:
+        return checked_addresses(host, port, allowed)
+    except socket.gaierror as exc:
+        raise httpcore2.ConnectError(str(exc)) from None
+
+
+def _tries(addresses: list, timeout: float | None) -> Iterator[tuple[str, float | None]]:
+    """Each address to connect to, as a literal (the socket library does not look the name up again),
+    with what is left of the timeout when its turn comes."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for _family, sockaddr in addresses:
+        yield str(sockaddr[0]), None if deadline is None else max(0.001, deadline - time.monotonic())
 
 
 class GuardedBackend(httpcore2.SyncBackend):
@@ -32,16 +49,11 @@ class GuardedBackend(httpcore2.SyncBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore2.NetworkStream:
-        try:
-            addresses = checked_addresses(host, port, self.allowance)
-        except socket.gaierror as exc:
-            raise httpcore2.ConnectError(str(exc)) from None
-        deadline = None if timeout is None else time.monotonic() + timeout
+        addresses = _resolved(host, port, self.allowance)
         failure: Exception = httpcore2.ConnectError("no address to connect to")
-        for _family, sockaddr in addresses:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
-            try:  # the address checked, as a literal: the socket library does not look the name up again
-                stream = super().connect_tcp(str(sockaddr[0]), port, left, local_address, socket_options)
+        for address, left in _tries(addresses, timeout):
+            try:
+                stream = super().connect_tcp(address, port, left, local_address, socket_options)
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
                 failure = exc
                 continue
@@ -68,16 +80,11 @@ class AsyncGuardedBackend(httpcore2.AnyIOBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        try:
-            addresses = await anyio.to_thread.run_sync(checked_addresses, host, port, self.allowance)
-        except socket.gaierror as exc:
-            raise httpcore2.ConnectError(str(exc)) from None
-        deadline = None if timeout is None else time.monotonic() + timeout
+        addresses = await anyio.to_thread.run_sync(_resolved, host, port, self.allowance)
         failure: Exception = httpcore2.ConnectError("no address to connect to")
-        for _family, sockaddr in addresses:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+        for address, left in _tries(addresses, timeout):
             try:
-                stream = await super().connect_tcp(str(sockaddr[0]), port, left, local_address, socket_options)
+                stream = await super().connect_tcp(address, port, left, local_address, socket_options)
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
                 failure = exc
                 continue
@@ -102,6 +109,17 @@ def _tls() -> ssl.SSLContext:
     return httpx2.create_ssl_context()
 
 
+def _pool_options(limits: httpx2.Limits) -> dict[str, Any]:
+    """What both transports' pools are built with besides their backend: the shared TLS context and
+    httpx2's limits."""
+    return {
+        "ssl_context": _tls(),
+        "max_connections": limits.max_connections,
+        "max_keepalive_connections": limits.max_keepalive_connections,
+        "keepalive_expiry": limits.keepalive_expiry,
+    }
+
+
 class GuardedTransport(httpx2.HTTPTransport):
     """httpx2's transport on a connection pool whose every connection goes through GuardedBackend,
     never through a proxy. TLS keeps the URL's host name for SNI and certificate checks (httpcore2
@@ -110,26 +128,14 @@ class GuardedTransport(httpx2.HTTPTransport):
     def __init__(self, allow: Iterable[str], limits: httpx2.Limits = _LIMITS) -> None:
         # HTTPTransport.__init__ would build its pool on httpcore2's own backend (or a proxy); its
         # methods use nothing but self._pool, so the pool is built here instead.
-        self._pool = httpcore2.ConnectionPool(
-            ssl_context=_tls(),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedBackend(allow),
-        )
+        self._pool = httpcore2.ConnectionPool(**_pool_options(limits), network_backend=GuardedBackend(allow))
 
 
 class AsyncGuardedTransport(httpx2.AsyncHTTPTransport):
     """The async twin of GuardedTransport."""
 
     def __init__(self, allow: Iterable[str], limits: httpx2.Limits = _LIMITS) -> None:
-        self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=_tls(),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=AsyncGuardedBackend(allow),
-        )
+        self._pool = httpcore2.AsyncConnectionPool(**_pool_options(limits), network_backend=AsyncGuardedBackend(allow))
 
 
 def client(allow: Iterable[str], **options: Any) -> httpx2.Client:

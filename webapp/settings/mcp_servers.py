@@ -68,39 +68,46 @@ def add():
 @bp.post("/<name>/sync")
 @roles_required("admin")
 def sync(name: str):
-    try:
-        report = mcp_actions.sync(db.session, current_user.tenant_id, current_user._get_current_object(), name)
-    except mcp.McpError as exc:
-        return _page(error=str(exc)), 422
-    flash(f"Synced {name}. " + (" ".join(_said(report)) or "Nothing changed."), "info")
-    return redirect(url_for(".index"), code=303)
+    return _changed(
+        mcp_actions.sync, name, lambda report: [f"Synced {name}. " + (" ".join(_said(report)) or "Nothing changed.")]
+    )
 
 
 @bp.post("/<name>/remove")
 @roles_required("admin")
 def remove(name: str):
-    try:
-        names = mcp_actions.remove(db.session, current_user.tenant_id, current_user._get_current_object(), name)
-    except mcp.McpError as exc:
-        return _page(error=str(exc)), 422
-    flash(f"Removed {name} and its {plural(len(names), 'tool')}; the assistant no longer has them.", "info")
-    return redirect(url_for(".index"), code=303)
+    return _changed(
+        mcp_actions.remove,
+        name,
+        lambda names: [f"Removed {name} and its {plural(len(names), 'tool')}; the assistant no longer has them."],
+    )
 
 
 @bp.post("/tools/<tool_name>/accept")
 @roles_required("admin")
 def accept(tool_name: str):
+    def said(change) -> list[str]:
+        words = [f"Accepted the change to {tool_name}; the assistant is offered it again."]
+        if change is not None:
+            words.append(
+                "Its policy stays as it was: letting its calls wait less, as its new hints would, waits for another "
+                "admin on the Policies page."
+            )
+        return words
+
+    return _changed(mcp_actions.accept, tool_name, said)
+
+
+def _changed(change, name: str, said):
+    """Make one of mcp_actions' changes to the server or tool `name` as the signed-in admin, flash the
+    sentences `said` makes of its result and go back to the page; a refused change is the page with
+    the reason (422)."""
     try:
-        change = mcp_actions.accept(db.session, current_user.tenant_id, current_user._get_current_object(), tool_name)
+        result = change(db.session, current_user.tenant_id, current_user._get_current_object(), name)
     except mcp.McpError as exc:
         return _page(error=str(exc)), 422
-    flash(f"Accepted the change to {tool_name}; the assistant is offered it again.", "info")
-    if change is not None:
-        flash(
-            "Its policy stays as it was: letting its calls wait less, as its new hints would, waits for another "
-            "admin on the Policies page.",
-            "info",
-        )
+    for words in said(result):
+        flash(words, "info")
     return redirect(url_for(".index"), code=303)
 
 
