@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from webapp import audit_chain, identity
 from webapp.accounts import four_eyes
 from webapp.conversations import actions as conversation_actions
-from webapp.models import MAX_ROW_ID, ROLES, ApiToken, RoleChange, User, utcnow
+from webapp.models import MAX_ROW_ID, ROLES, ApiToken, RoleChange, User
 from webapp.refusals import Refusal
 
 
@@ -124,8 +124,7 @@ def disable_user(session: Session, admin: User, user: User) -> int | None:
 # operator's command line and the demo seed give roles at once: operators hold the host.
 
 ADMIN = four_eyes.ADMIN
-PENDING = "pending"
-MAX_REASON_CHARS = 2000
+PENDING = four_eyes.PENDING
 # Why a role change was asked, in words after the asker's name.
 ROLE_CHANGE_WHY = {
     "granted": "asked to give them the admin role",
@@ -230,24 +229,12 @@ def pending_role_change(session: Session, user: User) -> RoleChange | None:
 
 def role_changes(session: Session, tenant_id: int | None, status: str | None = PENDING, limit: int = 200):
     """The tenant's role changes (None: every tenant's), newest first."""
-    query = select(RoleChange).order_by(RoleChange.id.desc()).limit(limit)
-    if tenant_id is not None:
-        query = query.where(RoleChange.tenant_id == tenant_id)
-    if status is not None:
-        query = query.where(RoleChange.status == status)
-    return list(session.scalars(query))
+    return four_eyes.listed(session, RoleChange, tenant_id, status, limit)
 
 
 def find_role_change(session: Session, person: User | None, change_id: int, *, lock: bool = False) -> RoleChange:
-    """The role change, if `person` may see it (an admin: their tenant's; an operator or the command
-    line, None: any); 404 otherwise, so other tenants' ids reveal nothing."""
-    query = select(RoleChange).where(RoleChange.id == change_id)
-    if lock:
-        query = query.with_for_update()
-    change = session.scalar(query) if 1 <= change_id <= MAX_ROW_ID else None
-    if change is None or (person is not None and not person.is_operator and change.tenant_id != person.tenant_id):
-        raise AccountRefused("missing", "not_found", "There is no such role change in your organisation.")
-    return change
+    """The role change, if `person` may see it (four_eyes.find)."""
+    return four_eyes.find(session, RoleChange, person, change_id, AccountRefused, lock=lock)
 
 
 def decide_role_change(
@@ -266,25 +253,14 @@ def decide_role_change(
     account may hold or who may hold the asker's (four_eyes.why_not_decide), 409 decided already, 422
     a bad decision or a rejection without a reason."""
     change = find_role_change(session, decider, change_id, lock=True)
-    if change.status != PENDING:
-        raise AccountRefused("conflict", "already_decided", role_change_said(change), at=change.decided_at)
+    four_eyes.still_waiting(change, role_change_said, AccountRefused)
     if decider is not None:
         why = four_eyes.why_not_decide(session, decider, change.requested_by_id)
         if why is not None:
             if decider.has_role(ADMIN) and not four_eyes.deciders(session, change.tenant_id, change.requested_by_id):
                 why += " " + four_eyes.only_the_operator(change.requested_by)
             raise AccountRefused("forbidden", "not_allowed", why)
-    reason = (reason or "").strip() or None
-    if reason is not None and len(reason) > MAX_REASON_CHARS:
-        raise AccountRefused(
-            "invalid", "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters."
-        )
-    if decision not in ("approve", "reject"):
-        raise AccountRefused("invalid", "invalid_decision", 'The decision must be "approve" or "reject".')
-    if decision == "reject" and reason is None:
-        raise AccountRefused(
-            "invalid", "reason_required", "Say why you reject the change; the admin who asked reads it."
-        )
+    reason = four_eyes.checked_reason(decision, reason, AccountRefused)
     if decision == "reject":
         _close_role_change(session, change, "rejected", decider, actor_label, reason)
         session.commit()
@@ -306,12 +282,7 @@ def decide_role_change(
 def withdraw_role_change(session: Session, actor: User, change_id: int) -> RoleChange:
     """The admin who asked takes a waiting role change back; the person stays without the role."""
     change = find_role_change(session, actor, change_id, lock=True)
-    if change.status != PENDING:
-        raise AccountRefused("conflict", "already_decided", role_change_said(change), at=change.decided_at)
-    if change.requested_by_id != actor.id:
-        raise AccountRefused(
-            "forbidden", "not_allowed", "Only the admin who asked for a role change can withdraw it; you can reject it."
-        )
+    four_eyes.withdrawable(change, actor, role_change_said, AccountRefused)
     _close_role_change(session, change, "withdrawn", actor, None, None)
     session.commit()
     return change
@@ -334,34 +305,18 @@ def role_change_said(change: RoleChange) -> str:
 
 def _ask_for_admin(session: Session, actor: User | None, user: User, why: str) -> RoleChange:
     """A role change giving `user` the admin role, waiting for a second admin (role_change_requested)."""
-    change = RoleChange(
-        tenant_id=user.tenant_id,
+    return four_eyes.asked(
+        session,
+        RoleChange(tenant_id=user.tenant_id, user_id=user.id, role=ADMIN, why=why),
+        actor,
+        "role_change_requested",
         user_id=user.id,
+        email=user.email,
         role=ADMIN,
         why=why,
-        status=PENDING,
-        requested_by_id=actor.id if actor else None,
-        requested_at=utcnow(),
+        before=list(user.roles),
+        after=sorted({*user.roles, ADMIN}, key=ROLES.index),
     )
-    session.add(change)
-    session.flush()
-    audit_chain.record(
-        session,
-        "role_change_requested",
-        tenant_id=user.tenant_id,
-        actor=actor,
-        actor_label=None if actor else "command line",
-        data={
-            "change_id": change.id,
-            "user_id": user.id,
-            "email": user.email,
-            "role": ADMIN,
-            "why": why,
-            "before": list(user.roles),
-            "after": sorted({*user.roles, ADMIN}, key=ROLES.index),
-        },
-    )
-    return change
 
 
 def _close_role_change(

@@ -12,16 +12,23 @@ and name no person, so they are not recorded."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webapp import audit_chain
-from webapp.models import PolicyChange, RoleChange, User, UserKeying, utcnow
+from webapp.models import MAX_ROW_ID, PolicyChange, RoleChange, User, UserKeying, utcnow
+from webapp.refusals import Refusal
 
+Change = TypeVar("Change", PolicyChange, RoleChange)
 KINDS = ("created", "password_reset", "token_issued", "role_granted")
 ADMIN = "admin"
 ASKED_IT = "You asked for this change, so another admin of your organisation decides it (four eyes)."
 NOT_AN_ADMIN = "Only an active admin of the organisation, or the desk's operator, decides this change."
+PENDING = "pending"
+MAX_REASON_CHARS = 2000
 ONLY_THE_OPERATOR = (
     "Only the desk's operator can decide this: your organisation has no other admin who was not made or "
     "re-keyed by {requester}, or by whoever made or re-keyed them."
@@ -39,6 +46,86 @@ def keyed(session: Session, user: User, by: User | None, kind: str) -> UserKeyin
     session.add(row)
     session.flush()
     return row
+
+
+def asked(
+    session: Session, change: Change, actor: User | None, action: str, tool_name: str | None = None, **said
+) -> Change:
+    """Keep `change` waiting for a second pair of eyes, asked by `actor` (None: the command line) now,
+    audited as `action` with `said`."""
+    change.status, change.requested_at = PENDING, utcnow()
+    change.requested_by_id = actor.id if actor else None
+    session.add(change)
+    session.flush()
+    audit_chain.record(
+        session,
+        action,
+        tenant_id=change.tenant_id,
+        actor=actor,
+        actor_label=None if actor else "command line",
+        tool_name=tool_name,
+        data={"change_id": change.id, **said},
+    )
+    return change
+
+
+def find(
+    session: Session,
+    kind: type[Change],
+    person: User | None,
+    change_id: int,
+    refused: type[Refusal],
+    *,
+    lock: bool = False,
+) -> Change:
+    """The change, if `person` may see it (an admin: their tenant's; an operator or the command line,
+    None: any); refused as missing otherwise, so other tenants' ids reveal nothing."""
+    query = select(kind).where(kind.id == change_id)
+    if lock:
+        query = query.with_for_update()
+    change = session.scalar(query) if 1 <= change_id <= MAX_ROW_ID else None
+    if change is None or (person is not None and not person.is_operator and change.tenant_id != person.tenant_id):
+        noun = "role change" if kind is RoleChange else "policy change"
+        raise refused("missing", "not_found", f"There is no such {noun} in your organisation.")
+    return change
+
+
+def listed(session: Session, kind: type[Change], tenant_id: int | None, status: str | None, limit: int) -> list:
+    """The tenant's changes (None: every tenant's) in `status` (None: any), newest first."""
+    query = select(kind).order_by(kind.id.desc()).limit(limit)
+    if tenant_id is not None:
+        query = query.where(kind.tenant_id == tenant_id)
+    if status is not None:
+        query = query.where(kind.status == status)
+    return list(session.scalars(query))
+
+
+def checked_reason(decision: str, reason: str | None, refused: type[Refusal]) -> str | None:
+    """The reason typed, trimmed (None when empty), once the decision and it are ones a change takes."""
+    reason = (reason or "").strip() or None
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        raise refused("invalid", "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters.")
+    if decision not in ("approve", "reject"):
+        raise refused("invalid", "invalid_decision", 'The decision must be "approve" or "reject".')
+    if decision == "reject" and reason is None:
+        raise refused("invalid", "reason_required", "Say why you reject the change; the admin who asked reads it.")
+    return reason
+
+
+def still_waiting(change: Change, said: Callable[[Change], str], refused: type[Refusal]) -> None:
+    """Refuse a change that was decided already (`said(change)`: why, with "{at}" for when)."""
+    if change.status != PENDING:
+        raise refused("conflict", "already_decided", said(change), at=change.decided_at)
+
+
+def withdrawable(change: Change, actor: User, said: Callable[[Change], str], refused: type[Refusal]) -> None:
+    """Refuse the withdrawal of a change that no longer waits, or by anyone but the admin who asked."""
+    still_waiting(change, said, refused)
+    if change.requested_by_id != actor.id:
+        noun = "a role change" if isinstance(change, RoleChange) else "a change"
+        raise refused(
+            "forbidden", "not_allowed", f"Only the admin who asked for {noun} can withdraw it; you can reject it."
+        )
 
 
 def close(

@@ -26,12 +26,11 @@ from wtforms.widgets import CheckboxInput, ListWidget
 
 from webapp import audit_chain, identity
 from webapp.accounts import actions, four_eyes
-from webapp.accounts.actions import AccountRefused
 from webapp.identity import EMAIL_RE, AccountError
 from webapp.models import ROLES, RoleChange, User
 from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.web.errors import status_of
+from webapp.web.errors import decision_fields, status_of
 from webapp.web.htmx import go_to, is_htmx
 from webapp.web.security import account_locked, begin_session, roles_required, unlock_account
 
@@ -234,14 +233,8 @@ def decide_role_change(change_id: int):
     """Another admin approves or rejects the admin role asked for a person."""
     form = request.form
     try:
-        unknown = set(form) - {"csrf_token", "decision", "reason"}
-        if unknown:
-            raise AccountRefused(
-                "invalid", "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page."
-            )
-        change = actions.decide_role_change(
-            db.session, _admin(), change_id, form.get("decision", ""), form.get("reason", "")
-        )
+        decision, reason = decision_fields(form)
+        change = actions.decide_role_change(db.session, _admin(), change_id, decision, reason)
     except Refusal as exc:
         db.session.rollback()
         return _users_page(CreateUserForm(formdata=None), change_refusal=(change_id, exc, form.get("reason", ""))), (

@@ -20,9 +20,9 @@ from webapp.models import ROLES, User
 from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
-from webapp.settings import SettingsRefused, external_tools, policy_actions
+from webapp.settings import external_tools, policy_actions
 from webapp.tools import external, mcp
-from webapp.web.errors import status_of
+from webapp.web.errors import decision_fields, status_of
 from webapp.web.security import roles_required
 
 bp = Blueprint("policies", __name__, url_prefix="/admin/policies")
@@ -82,13 +82,9 @@ def save_policy(tool_name: str):
 def decide_change(change_id: int):
     """A second admin approves or rejects a change that loosens a policy."""
     form = request.form
-    unknown = set(form) - {"csrf_token", "decision", "reason"}
     try:
-        if unknown:
-            raise SettingsRefused(
-                "invalid", "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page."
-            )
-        saved = policy_actions.decide(db.session, _admin(), change_id, form.get("decision", ""), form.get("reason", ""))
+        decision, reason = decision_fields(form)
+        saved = policy_actions.decide(db.session, _admin(), change_id, decision, reason)
     except Refusal as exc:
         db.session.rollback()
         return _policies_page(change_refusal=(change_id, exc.message, form.get("reason", ""))), status_of(exc)

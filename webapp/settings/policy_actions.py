@@ -21,13 +21,12 @@ from webapp import audit_chain
 from webapp.accounts import four_eyes
 from webapp.agent import gate, policies
 from webapp.agent.policies import Policy
-from webapp.models import MAX_ROW_ID, PolicyChange, User, utcnow
+from webapp.models import PolicyChange, User, utcnow
 from webapp.runtime.services import services
 from webapp.settings import SettingsRefused
 from webapp.tools.registry import Tool
 
-PENDING = "pending"
-MAX_REASON_CHARS = 2000
+PENDING = four_eyes.PENDING
 ONE_ADMIN = "Your organisation has one admin, so the desk's operator decides it."
 
 
@@ -78,32 +77,23 @@ def request_loosening(
     change = PolicyChange(
         tenant_id=tenant_id,
         tool_name=before.tool_name,
-        status=PENDING,
         proposed=policies.settings(after),
         before=before.snapshot(),
         base_version=before.version,
         loosens=loosens,
         source=source,
-        requested_by_id=actor.id if actor else None,
-        requested_at=utcnow(),
     )
-    session.add(change)
-    session.flush()
-    audit_chain.record(
+    four_eyes.asked(
         session,
+        change,
+        actor,
         "policy_change_requested",
-        tenant_id=tenant_id,
-        actor=actor,
-        actor_label=None if actor else "command line",
         tool_name=before.tool_name,
-        data={
-            "change_id": change.id,
-            "source": source,
-            "loosens": loosens,
-            "before": before.snapshot(),
-            "after": after.snapshot(),
-            "supersedes": superseded,
-        },
+        source=source,
+        loosens=loosens,
+        before=before.snapshot(),
+        after=after.snapshot(),
+        supersedes=superseded,
     )
     session.commit()
     return change
@@ -124,8 +114,7 @@ def decide(
     already or the policy changed since, 422 a rejection without a reason or a change that no longer
     passes the policy's checks (an operator lowered the ceiling since)."""
     change = find_change(session, decider, change_id, lock=True)
-    if change.status != PENDING:
-        raise SettingsRefused("conflict", "already_decided", already_said(change), at=change.decided_at)
+    four_eyes.still_waiting(change, already_said, SettingsRefused)
     if decider is not None and decider.id == change.requested_by_id:
         raise SettingsRefused(
             "forbidden",
@@ -137,7 +126,7 @@ def decide(
         refused = four_eyes.why_not_decide(session, decider, change.requested_by_id)
         if refused:
             raise SettingsRefused("forbidden", "not_allowed", refused)
-    reason = _checked_reason(decision, reason)
+    reason = four_eyes.checked_reason(decision, reason, SettingsRefused)
     tool = services().tools_for(session, change.tenant_id).get(change.tool_name)
     if decision == "approve" and tool is None:
         _close(session, change, "superseded", decider, actor_label, "The tool is gone.")
@@ -185,56 +174,23 @@ def decide(
     return Saved(applied, change)
 
 
-def _checked_reason(decision: str, reason: str | None) -> str | None:
-    """The reason typed, trimmed (None when empty), once the decision and it are ones a change takes."""
-    reason = (reason or "").strip() or None
-    if reason is not None and len(reason) > MAX_REASON_CHARS:
-        raise SettingsRefused(
-            "invalid", "invalid_reason", f"The reason must be at most {MAX_REASON_CHARS:,} characters."
-        )
-    if decision not in ("approve", "reject"):
-        raise SettingsRefused("invalid", "invalid_decision", 'The decision must be "approve" or "reject".')
-    if decision == "reject" and reason is None:
-        raise SettingsRefused(
-            "invalid", "reason_required", "Say why you reject the change; the admin who asked reads it."
-        )
-    return reason
-
-
 def withdraw(session: Session, actor: User, change_id: int) -> PolicyChange:
     """The admin who asked takes a waiting change back."""
     change = find_change(session, actor, change_id, lock=True)
-    if change.status != PENDING:
-        raise SettingsRefused("conflict", "already_decided", already_said(change), at=change.decided_at)
-    if change.requested_by_id != actor.id:
-        raise SettingsRefused(
-            "forbidden", "not_allowed", "Only the admin who asked for a change can withdraw it; you can reject it."
-        )
+    four_eyes.withdrawable(change, actor, already_said, SettingsRefused)
     _close(session, change, "withdrawn", actor, None, None)
     session.commit()
     return change
 
 
 def find_change(session: Session, person: User | None, change_id: int, *, lock: bool = False) -> PolicyChange:
-    """The change, if `person` may see it (an admin: their tenant's; an operator or the command line:
-    any); 404 otherwise, so other tenants' ids reveal nothing."""
-    query = select(PolicyChange).where(PolicyChange.id == change_id)
-    if lock:
-        query = query.with_for_update()
-    change = session.scalar(query) if 1 <= change_id <= MAX_ROW_ID else None
-    if change is None or (person is not None and not person.is_operator and change.tenant_id != person.tenant_id):
-        raise SettingsRefused("missing", "not_found", "There is no such policy change in your organisation.")
-    return change
+    """The change, if `person` may see it (four_eyes.find)."""
+    return four_eyes.find(session, PolicyChange, person, change_id, SettingsRefused, lock=lock)
 
 
 def changes(session: Session, tenant_id: int | None, status: str | None = PENDING, limit: int = 200):
     """The tenant's changes (None: every tenant's), newest first."""
-    query = select(PolicyChange).order_by(PolicyChange.id.desc()).limit(limit)
-    if tenant_id is not None:
-        query = query.where(PolicyChange.tenant_id == tenant_id)
-    if status is not None:
-        query = query.where(PolicyChange.status == status)
-    return list(session.scalars(query))
+    return four_eyes.listed(session, PolicyChange, tenant_id, status, limit)
 
 
 def asked_for(change: PolicyChange) -> str:

@@ -16,8 +16,8 @@ from webapp.accounts import four_eyes
 from webapp.models import OPERATOR, Tenant
 from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.settings import SettingsRefused, policy_actions
-from webapp.web.errors import status_of
+from webapp.settings import policy_actions
+from webapp.web.errors import decision_fields, status_of
 from webapp.web.security import roles_required
 
 bp = Blueprint("policy_changes", __name__, url_prefix="/ops/policy-changes")
@@ -34,14 +34,8 @@ def index():
 def decide(change_id: int):
     form = request.form
     try:
-        unknown = set(form) - {"csrf_token", "decision", "reason"}
-        if unknown:
-            raise SettingsRefused(
-                "invalid", "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page."
-            )
-        saved = policy_actions.decide(
-            db.session, current_user._get_current_object(), change_id, form.get("decision", ""), form.get("reason")
-        )
+        decision, reason = decision_fields(form)
+        saved = policy_actions.decide(db.session, current_user._get_current_object(), change_id, decision, reason)
     except Refusal as exc:
         db.session.rollback()
         return _page(refusal=(change_id, exc.message, form.get("reason", ""))), status_of(exc)
@@ -56,13 +50,9 @@ def decide_role(change_id: int):
     """The operator approves or rejects the admin role asked for a person of a tenant."""
     form = request.form
     try:
-        unknown = set(form) - {"csrf_token", "decision", "reason"}
-        if unknown:
-            raise SettingsRefused(
-                "invalid", "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page."
-            )
+        decision, reason = decision_fields(form)
         change = account_actions.decide_role_change(
-            db.session, current_user._get_current_object(), change_id, form.get("decision", ""), form.get("reason")
+            db.session, current_user._get_current_object(), change_id, decision, reason
         )
     except Refusal as exc:
         db.session.rollback()
