@@ -79,14 +79,14 @@ def record_unlock(session: Session, actor: User, user: User, was_locked: bool) -
     """Put on record that an admin lifted the lock of failed sign-ins from a user's account (the page
     forgets the failures, in the sign-in limits' store); audited whether it was locked or not, so who
     lifted a lock, or tried to, is on record."""
-    audit_chain.record(
-        session,
-        "user_unlocked",
-        tenant_id=actor.tenant_id,
-        actor=actor,
-        data={"user_id": user.id, "email": user.email, "was_locked": was_locked},
-    )
+    _audit_user(session, "user_unlocked", actor, user, was_locked=was_locked)
     session.commit()
+
+
+def _audit_user(session: Session, action: str, admin: User, user: User, **said) -> None:
+    """Put on the chain what an admin did to a person of their organisation."""
+    data = {"user_id": user.id, "email": user.email, **said}
+    audit_chain.record(session, action, tenant_id=admin.tenant_id, actor=admin, data=data)
 
 
 def disable_user(session: Session, admin: User, user: User) -> int | None:
@@ -97,16 +97,8 @@ def disable_user(session: Session, admin: User, user: User) -> int | None:
     if not identity.set_active(session, user, False, actor=admin):
         return None
     stopped = conversation_actions.stop_all_of(session, admin, user, f"{user.email}'s account was disabled")
-    audit_chain.record(
-        session,
-        "user_disabled",
-        tenant_id=admin.tenant_id,
-        actor=admin,
-        data={
-            "user_id": user.id,
-            "email": user.email,
-            "conversations_stopped": [conversation.id for conversation, _ in stopped],
-        },
+    _audit_user(
+        session, "user_disabled", admin, user, conversations_stopped=[conversation.id for conversation, _ in stopped]
     )
     session.commit()
     conversation_actions.after_commit(stopped)
@@ -194,13 +186,7 @@ def reset_password(session: Session, admin: User, user: User, password: str) -> 
     role is taken away at once and asked back from a second admin. Committed. AccountError (nothing
     written) when the password is not acceptable."""
     revoked = identity.reset_password(session, user, password)
-    audit_chain.record(
-        session,
-        "user_password_reset",
-        tenant_id=admin.tenant_id,
-        actor=admin,
-        data={"user_id": user.id, "email": user.email, "tokens_revoked": revoked},
-    )
+    _audit_user(session, "user_password_reset", admin, user, tokens_revoked=revoked)
     change = rekeyed(session, admin, user, "password_reset")
     session.commit()
     return PasswordReset(revoked, change)
