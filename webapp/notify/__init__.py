@@ -39,7 +39,7 @@ from webapp.notify.channel import (
     webhook_url,
 )
 from webapp.notify.notices import Notice, email_message, notice_for, test_notice, webhook_body
-from webapp.notify.sending import Outcome, admin_addresses, deliver, record, send, send_email, send_webhook
+from webapp.notify.sending import Outcome, admin_addresses, deliver, record, send, send_mail, send_webhook
 
 __all__ = [
     "KINDS",
@@ -65,7 +65,7 @@ __all__ = [
     "email_message",
     "Outcome",
     "send_webhook",
-    "send_email",
+    "send_mail",
     "admin_addresses",
     "send",
     "record",

@@ -66,7 +66,7 @@ def send_webhook(config: Config, channel: NotificationChannel, notice: Notice) -
     )
 
 
-def send_email(config: Config, to: list[str], notice: Notice) -> Outcome:
+def send_mail(config: Config, to: list[str], notice: Notice) -> Outcome:
     if not config.smtp_host:
         return Outcome(False, error="No SMTP server is set up for the desk (SMTP_HOST); ask its operator.", retry=False)
     if not to:
@@ -112,7 +112,7 @@ def send(session: Session, config: Config, channel: NotificationChannel, notice:
     to = list(channel.recipients or [])
     if notice.kind == "escalation":
         to = admin_addresses(session, channel.tenant_id) or to
-    return send_email(config, to, notice)
+    return send_mail(config, to, notice)
 
 
 def record(

@@ -2,7 +2,7 @@
 change as "amount $75.00 → $40.00". Pages and the API use it; the model never reads it.
 
 The conventions are the tools' own: an argument or result key ending in `_cents` is an amount of
-money, one ending in `_id` names a record of that kind (`invoice_id`: an invoice).
+money, one ending in `_id` names a record of that kind (`order_id`: an order).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ LONG_TEXT = 120  # longer text arguments are shown as a block of their own
 class Shown:
     """One argument or result value as people read it."""
 
-    name: str  # as the tool has it: amount_cents
+    name: str  # as the tool has it: total_cents
     label: str  # as people say it: Amount
     text: str  # $75.00
     record: str | None = None  # the kind of record an id names (invoice), for a link
@@ -33,7 +33,7 @@ def money(cents: int) -> str:
 
 
 def label(name: str) -> str:
-    """amount_cents: Amount; invoice_id: Invoice; remaining_refundable_cents: Remaining refundable."""
+    """total_cents: Total; order_id: Order; remaining_refundable_cents: Remaining refundable."""
     for suffix in ("_cents", "_id"):
         if name.endswith(suffix) and len(name) > len(suffix):
             name = name[: -len(suffix)]
