@@ -7,6 +7,9 @@ once and `create-token` keys nobody (accounts/four_eyes.py records only what a p
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 from flask import Flask
 from flask.cli import AppGroup, with_appcontext
@@ -35,6 +38,22 @@ def register(app: Flask) -> None:
     _register_role_changes(app)
 
 
+@contextmanager
+def _refused() -> Iterator[None]:
+    """What the desk refused (an AccountError) is rolled back and becomes the command's usage error."""
+    try:
+        yield
+    except AccountError as exc:
+        db.session.rollback()
+        raise click.UsageError(str(exc)) from None
+
+
+def _record(action: str, tenant_id: int | None, data: dict) -> None:
+    """Write what the command line did to the audit log, and commit it."""
+    audit_chain.record(db.session, action, tenant_id=tenant_id, actor_label="command line", data=data)
+    db.session.commit()
+
+
 @click.command("create-user")
 @click.argument("email")
 @click.option(
@@ -51,12 +70,9 @@ def register(app: Flask) -> None:
 @with_appcontext
 def create_user_command(email, roles, tenant_slug, password, display_name):
     """Create a user with one or more roles in a tenant."""
-    try:
+    with _refused():
         tenant = get_or_create_tenant(db.session, tenant_slug)
         user = create_user(db.session, email, password, list(roles), tenant, display_name)
-    except AccountError as exc:
-        db.session.rollback()
-        raise click.UsageError(str(exc)) from None
     db.session.commit()
     click.echo(f"Created {user.email} ({', '.join(user.roles)}) in tenant {tenant.slug}.")
 
@@ -75,19 +91,9 @@ def create_user_command(email, roles, tenant_slug, password, display_name):
 def create_operator_command(email, password, display_name):
     """Create an operator: a person of no tenant who sees the whole fleet on /ops and /metrics and
     nothing of any tenant (no conversations, approvals, audit log or admin pages)."""
-    try:
+    with _refused():
         user = create_operator(db.session, email, password, display_name)
-    except AccountError as exc:
-        db.session.rollback()
-        raise click.UsageError(str(exc)) from None
-    audit_chain.record(
-        db.session,
-        "operator_created",
-        tenant_id=user.tenant_id,
-        actor_label="command line",
-        data={"user_id": user.id, "email": user.email},
-    )
-    db.session.commit()
+    _record("operator_created", user.tenant_id, {"user_id": user.id, "email": user.email})
     click.echo(
         f"Created operator {user.email}: signs in to see every worker, queue and failed job on /ops and the "
         "fleet's figures on /metrics, and no tenant's pages."
@@ -114,19 +120,10 @@ def create_token_command(email, name, expires_days):
             f"{user.email} is an operator, and the API is for tenants' people: operators sign in to /ops and "
             "/metrics in a browser, and Prometheus scrapes /metrics with METRICS_TOKEN."
         )
-    try:
+    with _refused():
         row, token = issue_token(db.session, user, name, expires_days)
-    except AccountError as exc:
-        db.session.rollback()
-        raise click.UsageError(str(exc)) from None
-    audit_chain.record(
-        db.session,
-        "api_token_created",
-        tenant_id=user.tenant_id,
-        actor_label="command line",
-        data={"token_id": row.id, "name": row.name, "prefix": row.prefix, "user_id": user.id, "email": user.email},
-    )
-    db.session.commit()
+    data = {"token_id": row.id, "name": row.name, "prefix": row.prefix, "user_id": user.id, "email": user.email}
+    _record("api_token_created", user.tenant_id, data)
     click.echo(f"API token #{row.id} for {user.email} (shown once, store it now):")
     click.echo(token)
 
@@ -144,20 +141,8 @@ def revoke_token_command(token):
     if not revoke_token(db.session, row):
         click.echo(f"API token {label} of {row.user.email} was already revoked.")
         return
-    audit_chain.record(
-        db.session,
-        "api_token_revoked",
-        tenant_id=row.user.tenant_id,
-        actor_label="command line",
-        data={
-            "token_id": row.id,
-            "name": row.name,
-            "prefix": row.prefix,
-            "user_id": row.user_id,
-            "email": row.user.email,
-        },
-    )
-    db.session.commit()
+    data = {"token_id": row.id, "name": row.name, "prefix": row.prefix, "user_id": row.user_id, "email": row.user.email}
+    _record("api_token_revoked", row.user.tenant_id, data)
     click.echo(f"Revoked API token {label} of {row.user.email}; programs using it are refused from now on.")
 
 

@@ -5,6 +5,10 @@ a contract."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
 import click
 from flask import Flask
 from flask.cli import AppGroup
@@ -146,6 +150,25 @@ def _mcp_tenant(slug: str) -> Tenant:
     return tenant
 
 
+T = TypeVar("T")
+
+
+@contextmanager
+def _mcp_refused() -> Iterator[None]:
+    """What the MCP server or the desk refused (an McpError) becomes the command's usage error."""
+    try:
+        yield
+    except mcp.McpError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _on_server(slug: str, action: Callable[..., T], name: str) -> tuple[Tenant, T]:
+    """The tenant, and what the action (sync or remove) did to its server NAME from the command line."""
+    tenant = _mcp_tenant(slug)
+    with _mcp_refused():
+        return tenant, action(db.session, tenant.id, None, name)
+
+
 def _tool_lines(server: McpServer) -> list[str]:
     registry = services().tools_for(db.session, server.tenant_id)
     lines = []
@@ -203,7 +226,7 @@ def add_command(
         attempt = {"url": url, "command": command, "headers": list(headers), "environment": list(environment)}
         mcp_actions.refused_add(db.session, None, None, name, exc.message, tenant=slug, **attempt)
         raise
-    try:
+    with _mcp_refused():
         server, report = mcp_actions.add(
             db.session,
             tenant.id,
@@ -215,8 +238,6 @@ def add_command(
             environment=list(environment),
             working_directory=working_directory,
         )
-    except mcp.McpError as exc:
-        raise click.UsageError(str(exc)) from None
     click.echo(f"Added MCP server {server.name} to {tenant.slug}, with {plural(len(server.tools), 'tool')}:")
     for line in _tool_lines(server):
         click.echo(line)
@@ -256,11 +277,7 @@ def list_command(slug: str | None) -> None:
 @click.option("--tenant", "slug", required=True)
 def sync_command(name: str, slug: str) -> None:
     """Read the server's tools again: new ones join, gone ones leave, changed ones are held."""
-    tenant = _mcp_tenant(slug)
-    try:
-        report = mcp_actions.sync(db.session, tenant.id, None, name)
-    except mcp.McpError as exc:
-        raise click.UsageError(str(exc)) from None
+    tenant, report = _on_server(slug, mcp_actions.sync, name)
     click.echo(f"Synced MCP server {name.strip()} of {tenant.slug}.")
     for line in report.lines():
         click.echo(f"  {line}")
@@ -290,13 +307,11 @@ def map_command(
         if not equals or not theirs.strip() or not ours.strip():
             raise click.UsageError(f"{pair!r} is not THEIRS=OURS, e.g. --facts-arg repo_path=repo_path.")
         pairs[theirs.strip()] = ours.strip()
-    try:
+    with _mcp_refused():
         mapping = mcp_actions.map_tool(
             db.session, tenant.id, None, tool.strip(), amount=amount, unit=unit, subject=subject,
             facts_tool=facts_tool, facts_arguments=pairs,
         )  # fmt: skip
-    except mcp.McpError as exc:
-        raise click.UsageError(str(exc)) from None
     said = mcp.mapping_words(mapping)
     click.echo(f"Mapped {tool.strip()} of {tenant.slug}: {'; '.join(said) if said else 'nothing (cleared)'}.")
 
@@ -306,11 +321,7 @@ def map_command(
 @click.option("--tenant", "slug", required=True)
 def remove_command(name: str, slug: str) -> None:
     """Remove the server; its tools leave the tenant's assistant."""
-    tenant = _mcp_tenant(slug)
-    try:
-        names = mcp_actions.remove(db.session, tenant.id, None, name)
-    except mcp.McpError as exc:
-        raise click.UsageError(str(exc)) from None
+    tenant, names = _on_server(slug, mcp_actions.remove, name)
     click.echo(f"Removed MCP server {name.strip()} of {tenant.slug} and its tools: {', '.join(names) or 'none'}.")
 
 
