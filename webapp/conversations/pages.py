@@ -23,7 +23,7 @@ from webapp.runtime.services import services
 from webapp.tools.files import tool_file_path
 from webapp.web import htmx
 from webapp.web.errors import status_of
-from webapp.web.pagination import BadCursor, Page, keyset_page
+from webapp.web.pagination import keyset_page, page_or_problem
 from webapp.web.security import roles_required
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
@@ -111,9 +111,8 @@ def _render_index(status: int = 200, draft: str = "", composer_error: str | None
     statement = select(Conversation).where(conversations.visible_to(current_user), Conversation.run_id.is_(None))
     if query:
         statement = statement.where(Conversation.title.icontains(query, autoescape=True))
-    problem = None
-    try:
-        page = keyset_page(
+    page, problem = page_or_problem(
+        lambda: keyset_page(
             db.session,
             statement,
             (Conversation.updated_at, Conversation.id),
@@ -121,8 +120,7 @@ def _render_index(status: int = 200, draft: str = "", composer_error: str | None
             PAGE_SIZE,
             key_values=lambda conversation: (conversation.updated_at, conversation.id),
         )
-    except BadCursor as exc:
-        problem, page = str(exc), Page([], None)
+    )
     return htmx.render(
         "conversations/index.html",
         "conversations/_list.html",
