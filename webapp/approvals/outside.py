@@ -15,13 +15,14 @@ from sqlalchemy.orm import Session
 from webapp.agent import outside
 from webapp.agent.states import CallStatus
 from webapp.conversations.actions import SUPERVISING
+from webapp.conversations.event_stream import follow
 from webapp.models import ToolCall, User
 from webapp.runtime.extensions import db
 
 if TYPE_CHECKING:
     from flask import Flask
 from webapp.approvals.actions import ApprovalRefused
-from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
+from webapp.runtime.live_hub import INTERRUPTED
 from webapp.runtime.services import services
 
 MAX_WAIT_SECONDS = 60  # the longest one GET /api/calls/<id>?wait= holds (webapp/api/calls.py CallQuery)
@@ -83,15 +84,9 @@ def wait(app: Flask, user: User, call: ToolCall, seconds: int) -> ToolCall:
         return call
     call_id, conversation_id, user_id = call.id, call.conversation_id, user.id
     db.session.remove()
+    too_many = "Too many waits and live streams are open, yours or this server's; try again."
     try:
-        live = services().live_events
-        listener = live.hub.listen(user_id, [live.conversation_channel(conversation_id)])
-    except TooManyStreams:
-        raise ApprovalRefused(
-            "too_many",
-            "too_many_streams",
-            "Too many waits and live streams are open, yours or this server's; try again.",
-        ) from None
+        listener = follow(user_id, conversation_id, ApprovalRefused("too_many", "too_many_streams", too_many))
     except (redis.RedisError, OSError):
         listener = None  # Redis is away: read the call every LOOK_SECONDS instead
 

@@ -30,8 +30,9 @@ from webapp import webhooks
 from webapp.conversations.actions import ConversationRefused
 from webapp.identity import user_for_token
 from webapp.models import AuditEvent, Conversation
+from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.runtime.live_hub import INTERRUPTED, TooManyStreams
+from webapp.runtime.live_hub import INTERRUPTED, Listener, TooManyStreams
 from webapp.runtime.services import services
 
 STREAM_SECONDS = 300
@@ -77,19 +78,23 @@ def events_after(session, tenant_id: int, conversation_id: int, after: int) -> l
     return found
 
 
+def follow(user_id: int, conversation_id: int, too_many: Refusal) -> Listener:
+    """A listener of the conversation's live channel (the pages' own); `too_many` is raised instead
+    when a cap on open streams is reached. Redis errors pass through: what to do then is the caller's."""
+    live = services().live_events
+    try:
+        return live.hub.listen(user_id, [live.conversation_channel(conversation_id)])
+    except TooManyStreams:
+        raise too_many from None
+
+
 def stream(app: Flask, conversation: Conversation, user_id: int, token: str, after: int) -> Response:
     """The response that streams the conversation's events after the audit event `after`."""
     conversation_id, tenant_id = conversation.id, conversation.tenant_id
     db.session.remove()  # a stream lives for minutes: it holds no session (nor SQLite's write lock)
+    too_many = "Too many live streams are open, yours or this server's; close one and try again."
     try:
-        live = services().live_events
-        listener = live.hub.listen(user_id, [live.conversation_channel(conversation_id)])
-    except TooManyStreams:
-        raise ConversationRefused(
-            "too_many",
-            "too_many_streams",
-            "Too many live streams are open, yours or this server's; close one and try again.",
-        ) from None
+        listener = follow(user_id, conversation_id, ConversationRefused("too_many", "too_many_streams", too_many))
     except (redis.RedisError, OSError):
         raise ConversationRefused(
             "unavailable", "unavailable", "Live events are unavailable now; try again in a minute."

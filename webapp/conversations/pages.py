@@ -6,6 +6,7 @@ One rendering path: the pages include their fragments, and htmx requests get the
 from __future__ import annotations
 
 import mimetypes
+from collections.abc import Callable
 
 from flask import Blueprint, abort, flash, has_request_context, redirect, request, send_file, url_for
 from flask_login import current_user
@@ -23,7 +24,7 @@ from webapp.runtime.services import services
 from webapp.tools.files import tool_file_path
 from webapp.web import htmx
 from webapp.web.errors import status_of
-from webapp.web.pagination import BadCursor, Page, keyset_page
+from webapp.web.pagination import keyset_page, page_or_problem
 from webapp.web.security import roles_required
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
@@ -111,9 +112,8 @@ def _render_index(status: int = 200, draft: str = "", composer_error: str | None
     statement = select(Conversation).where(conversations.visible_to(current_user), Conversation.run_id.is_(None))
     if query:
         statement = statement.where(Conversation.title.icontains(query, autoescape=True))
-    problem = None
-    try:
-        page = keyset_page(
+    page, problem = page_or_problem(
+        lambda: keyset_page(
             db.session,
             statement,
             (Conversation.updated_at, Conversation.id),
@@ -121,8 +121,7 @@ def _render_index(status: int = 200, draft: str = "", composer_error: str | None
             PAGE_SIZE,
             key_values=lambda conversation: (conversation.updated_at, conversation.id),
         )
-    except BadCursor as exc:
-        problem, page = str(exc), Page([], None)
+    )
     return htmx.render(
         "conversations/index.html",
         "conversations/_list.html",
@@ -173,13 +172,11 @@ def post_message(conversation_id: int):
 @bp.post("/<int:conversation_id>/cancel")
 @roles_required("agent", "reviewer", "admin")
 def cancel(conversation_id: int):
-    conversation = _conversation(conversation_id)
-    try:
-        conversations.cancel(db.session, current_user, conversation)
-    except Refusal as exc:
-        return _refused_here(conversation, exc)
-    flash("Stopping: open tool calls are settled as cancelled.", "info")
-    return _after_action(conversation)
+    return _change(
+        conversation_id,
+        lambda conversation: conversations.cancel(db.session, current_user, conversation),
+        "Stopping: open tool calls are settled as cancelled.",
+    )
 
 
 @bp.get("/<int:conversation_id>/tool-calls/<int:tool_call_id>/file")
@@ -210,41 +207,49 @@ def download(conversation_id: int, tool_call_id: int):
 @bp.post("/<int:conversation_id>/retry")
 @roles_required("agent", "reviewer", "admin")
 def retry(conversation_id: int):
-    conversation = _conversation(conversation_id)
-    try:
-        conversations.retry(db.session, current_user, conversation)
-    except Refusal as exc:
-        return _refused_here(conversation, exc)
-    return _after_action(conversation)
+    return _change(conversation_id, lambda conversation: conversations.retry(db.session, current_user, conversation))
 
 
 @bp.post("/<int:conversation_id>/budget")
 @roles_required("reviewer", "admin")
 def extend_budget(conversation_id: int):
-    conversation = _conversation(conversation_id)
     try:
         extra = int(request.form.get("moves", "10"))
     except ValueError:
         extra = -1
-    try:
-        conversations.extend_budget(db.session, current_user, conversation, extra)
-    except Refusal as exc:
-        return _refused_here(conversation, exc)
-    flash(f"Budget extended to {conversation.move_budget} moves.", "info")
-    return _after_action(conversation)
+    return _change(
+        conversation_id,
+        lambda conversation: conversations.extend_budget(db.session, current_user, conversation, extra),
+        lambda conversation: f"Budget extended to {conversation.move_budget} moves.",
+    )
 
 
 @bp.post("/<int:conversation_id>/tool-calls/<int:tool_call_id>/input")
 @roles_required("agent", "reviewer", "admin")
 def give_input(conversation_id: int, tool_call_id: int):
-    conversation = _conversation(conversation_id)
-    if db.session.scalar(select(ToolCall.conversation_id).where(ToolCall.id == tool_call_id)) != conversation.id:
-        abort(404, description=f"No tool call {tool_call_id} in this conversation.")
-    try:
+    def give(conversation: Conversation) -> None:
+        if db.session.scalar(select(ToolCall.conversation_id).where(ToolCall.id == tool_call_id)) != conversation.id:
+            abort(404, description=f"No tool call {tool_call_id} in this conversation.")
         conversations.give_input(db.session, current_user, tool_call_id, request.form.get("input", ""))
+
+    return _change(conversation_id, give, "Sent; the tool is checking it.")
+
+
+def _change(
+    conversation_id: int,
+    change: Callable[[Conversation], object],
+    done: str | Callable[[Conversation], str] = "",
+):
+    """Makes `change` to the conversation. Refused: the reason on its page; done: `done` (words, or
+    the words for the conversation as it is now) flashed, and the page after it."""
+    conversation = _conversation(conversation_id)
+    try:
+        change(conversation)
     except Refusal as exc:
         return _refused_here(conversation, exc)
-    flash("Sent; the tool is checking it.", "info")
+    words = done(conversation) if callable(done) else done
+    if words:
+        flash(words, "info")
     return _after_action(conversation)
 
 

@@ -16,7 +16,7 @@ from webapp.runs.actions import RunRefused
 from webapp.runtime.extensions import db
 from webapp.web import htmx
 from webapp.web.errors import status_of
-from webapp.web.pagination import BadCursor, Page
+from webapp.web.pagination import page_or_problem
 from webapp.web.security import roles_required, takes_up_to
 
 bp = Blueprint("runs", __name__, url_prefix="/runs")
@@ -34,11 +34,7 @@ def index():
 def _render_index(status: int = 200, error: str | None = None, title: str = "", batch: bool = True):
     """The runs list; `error`, `title` and `batch`: a refused upload, said beside the form with what
     was typed kept (a browser never keeps a chosen file)."""
-    problem = None
-    try:
-        page = runs.listing(db.session, current_user, request.args.get("cursor"))
-    except BadCursor as exc:
-        problem, page = str(exc), Page([], None)
+    page, problem = page_or_problem(lambda: runs.listing(db.session, current_user, request.args.get("cursor")))
     prices = runs.price_table()
     shown = [(run, runs.figures(db.session, run, prices, ids=False)) for run in page.rows]
     return htmx.render(

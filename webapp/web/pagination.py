@@ -32,6 +32,15 @@ class Page:
     next_cursor: str | None  # None on the last page
 
 
+def page_or_problem(read: Callable[[], Page]) -> tuple[Page, str | None]:
+    """The page `read` returns and no problem; for a bad cursor, an empty page and the sentence
+    saying what to do (a list page shows it where the rows would be)."""
+    try:
+        return read(), None
+    except BadCursor as exc:
+        return Page([], None), str(exc)
+
+
 def encode_cursor(values: Sequence[Any]) -> str:
     """The cursor of a row whose keys have these values."""
     plain = [value.isoformat() if isinstance(value, datetime) else value for value in values]
