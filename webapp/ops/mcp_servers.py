@@ -18,6 +18,7 @@ from webapp.runtime.services import services
 from webapp.settings import mcp_actions
 from webapp.tools import mcp
 from webapp.tools.presenting import plural
+from webapp.web.forms import unknown_fields
 from webapp.web.security import roles_required
 
 bp = Blueprint("ops_mcp", __name__, url_prefix="/ops/mcp")
@@ -37,13 +38,10 @@ def create():
     actor = current_user._get_current_object()
     environment = form.get("environment", "").splitlines()
     tenant = _tenant(form.get("tenant", ""))
-    unknown = sorted(set(form) - ADD_FIELDS)
-    refusal = None
-    if unknown:
-        refusal = f"This form has no field {', '.join(unknown)}; reload the page."
-    elif tenant is None:
+    refusal = unknown_fields(form, ADD_FIELDS)
+    if refusal is None and tenant is None:
         refusal = "Choose the tenant whose assistant gets the server's tools."
-    elif not form.get("command", "").strip():
+    elif refusal is None and not form.get("command", "").strip():
         refusal = "Give the command that starts the server, e.g. python -m inventory_server."
     if refusal:
         mcp_actions.refused_add(

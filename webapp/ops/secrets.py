@@ -15,6 +15,7 @@ from webapp.models import OPERATIONS_SLUG, OPERATOR, Tenant
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.secrets import secret_grants
+from webapp.web.forms import unknown_fields
 from webapp.web.security import roles_required
 
 bp = Blueprint("ops_secrets", __name__, url_prefix="/ops/secrets")
@@ -31,11 +32,11 @@ def index():
 @roles_required(OPERATOR)
 def grant():
     form = request.form
-    unknown = sorted(set(form) - GRANT_FIELDS)
+    unknown = unknown_fields(form, GRANT_FIELDS)
     tenant = identity.tenant_of(db.session, form.get("tenant", ""))
     name = form.get("name", "").strip()
     if unknown:
-        return _page(error=f"This form has no field {', '.join(unknown)}; reload the page.", typed=form), 422
+        return _page(error=unknown, typed=form), 422
     if tenant is None:
         return _page(error="Choose the tenant whose admins may name the secret.", typed=form), 422
     try:

@@ -15,6 +15,7 @@ from webapp.llm import choice, endpoints, errors, grants
 from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.settings import assistant_actions as actions
+from webapp.web.forms import unknown_fields
 from webapp.web.security import roles_required
 
 bp = Blueprint("assistant", __name__, url_prefix="/admin/assistant")
@@ -40,10 +41,10 @@ def save():
         "complex_words": request.form.get("complex_words", ""),
         "complex_length": request.form.get("complex_length", ""),
     }
-    unknown = sorted(set(request.form) - FIELDS)
+    unknown = unknown_fields(request.form, FIELDS)
     try:
         if unknown:
-            raise assistant_settings.SettingsError("", f"This form has no field {', '.join(unknown)}; reload the page.")
+            raise assistant_settings.SettingsError("", unknown)
         after = actions.save_settings(db.session, admin, **typed)
     except assistant_settings.SettingsError as exc:
         db.session.rollback()
@@ -60,10 +61,10 @@ def set_model():
         "endpoint": request.form.get("endpoint", DEFAULT),
         "small_endpoint": request.form.get("small_endpoint", NONE),
     }
-    unknown = sorted(set(request.form) - MODEL_FIELDS)
+    unknown = unknown_fields(request.form, MODEL_FIELDS)
     try:
         if unknown:
-            raise endpoints.EndpointError(f"This form has no field {', '.join(unknown)}; reload the page.")
+            raise endpoints.EndpointError(unknown)
         chosen_now = actions.set_tenant_models(
             db.session,
             admin.tenant.slug,

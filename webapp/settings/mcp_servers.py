@@ -23,6 +23,7 @@ from webapp.secrets import secret_grants
 from webapp.settings import mcp_actions
 from webapp.tools import mcp
 from webapp.tools.presenting import plural
+from webapp.web.forms import unknown_fields
 from webapp.web.security import roles_required
 
 bp = Blueprint("mcp", __name__, url_prefix="/admin/mcp")
@@ -41,9 +42,9 @@ def add():
     form = request.form
     actor = current_user._get_current_object()
     headers = form.get("headers", "").splitlines()
-    unknown = sorted(set(form) - ADD_FIELDS)
+    unknown = unknown_fields(form, ADD_FIELDS)
     if unknown:  # a command (even empty) is a door of the operator's; nothing was started
-        status, said = (403, mcp.ONLY_OPERATORS_START) if "command" in form else (422, _no_such_field(unknown))
+        status, said = (403, mcp.ONLY_OPERATORS_START) if "command" in form else (422, unknown)
         mcp_actions.refused_add(
             db.session,
             current_user.tenant_id,
@@ -121,9 +122,9 @@ def map_tool(tool_name: str):
     form = request.form
     typed = {"map": tool_name, **{key: form.get(key, "") for key in MAP_FIELDS - {"csrf_token"}}}
     try:
-        unknown = sorted(set(form) - MAP_FIELDS)
+        unknown = unknown_fields(form, MAP_FIELDS)
         if unknown:
-            raise mcp.McpError(_no_such_field(unknown))
+            raise mcp.McpError(unknown)
         mapping = mcp_actions.map_tool(
             db.session,
             current_user.tenant_id,
@@ -156,10 +157,6 @@ def _pairs(text: str) -> dict[str, str]:
             )
         pairs[theirs.strip()] = ours.strip()
     return pairs
-
-
-def _no_such_field(unknown: list[str]) -> str:
-    return f"This form has no field {', '.join(unknown)}; reload the page."
 
 
 def _said(report: mcp.SyncReport) -> list[str]:
