@@ -30,7 +30,8 @@ from webapp.identity import EMAIL_RE, AccountError
 from webapp.models import ROLES, RoleChange, User
 from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
-from webapp.web.errors import decision_fields, status_of
+from webapp.web.errors import status_of
+from webapp.web.forms import decision_fields
 from webapp.web.htmx import go_to, is_htmx
 from webapp.web.security import account_locked, begin_session, roles_required, unlock_account
 

@@ -22,7 +22,8 @@ from webapp.runtime.extensions import db
 from webapp.runtime.services import services
 from webapp.settings import external_tools, policy_actions
 from webapp.tools import external, mcp
-from webapp.web.errors import decision_fields, status_of
+from webapp.web.errors import status_of
+from webapp.web.forms import decision_fields
 from webapp.web.security import roles_required
 
 bp = Blueprint("policies", __name__, url_prefix="/admin/policies")

@@ -17,7 +17,8 @@ from webapp.models import OPERATOR, Tenant
 from webapp.refusals import Refusal
 from webapp.runtime.extensions import db
 from webapp.settings import policy_actions
-from webapp.web.errors import decision_fields, status_of
+from webapp.web.errors import status_of
+from webapp.web.forms import decision_fields
 from webapp.web.security import roles_required
 
 bp = Blueprint("policy_changes", __name__, url_prefix="/ops/policy-changes")

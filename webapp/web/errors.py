@@ -32,19 +32,6 @@ class Refused(Refusal):
         super().__init__(KIND_OF_STATUS[status], code, words, at)
 
 
-def only_fields(form, allowed: set[str]) -> None:
-    """Refuse a posted form that carries a field its page does not have (the CSRF token aside)."""
-    unknown = set(form) - allowed - {"csrf_token"}
-    if unknown:
-        raise Refused(422, "unknown_field", f"Unknown field {sorted(unknown)[0]!r}; use the form on this page.")
-
-
-def decision_fields(form) -> tuple[str, str]:
-    """A decision form's decision and reason, once it holds nothing else."""
-    only_fields(form, {"decision", "reason"})
-    return form.get("decision", ""), form.get("reason", "")
-
-
 def status_of(refusal: Refusal) -> int:
     """The HTTP status that answers a refusal."""
     return STATUS[refusal.kind]
