@@ -1,12 +1,14 @@
-"""Engine settings that make SQLite behave under several processes, and PostgreSQL pool settings."""
+"""Engine settings that make SQLite behave under several processes, and PostgreSQL pool settings; and the
+queries by tenant that several features share."""
 
 from __future__ import annotations
 
 import select
 import time
 
-from sqlalchemy import event, exc
+from sqlalchemy import Select, event, exc
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 POOL_TIMEOUT_SECONDS = 600  # a full pool makes a request or a move wait for a connection, not fail
 # A PostgreSQL connection idle in the pool this long is pinged (a round trip) before it is handed out;
@@ -89,3 +91,11 @@ def _readable(dbapi_connection) -> bool:
     except (OSError, ValueError):  # closed already
         return True
     return bool(ready)
+
+
+def ids_by_tenant(session: Session, query: Select) -> dict[int, list[int]]:
+    """The ids a query of (tenant id, id) rows finds, by tenant, in the query's order."""
+    found: dict[int, list[int]] = {}
+    for tenant_id, row_id in session.execute(query):
+        found.setdefault(tenant_id, []).append(row_id)
+    return found
