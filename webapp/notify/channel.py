@@ -18,7 +18,7 @@ from standardwebhooks import Webhook
 
 from webapp import outbound
 from webapp.config import Config
-from webapp.database import ids_by_tenant
+from webapp.database import ids_by_tenant, newest_of_tenant
 from webapp.models import NotificationChannel, NotificationDelivery
 from webapp.secrets import sealing
 
@@ -135,11 +135,4 @@ def channel_ids_by_tenant(session: Session, tenant_ids: set[int]) -> dict[int, l
 
 
 def recent_deliveries(session: Session, tenant_id: int, limit: int = 50) -> list[NotificationDelivery]:
-    return list(
-        session.scalars(
-            select(NotificationDelivery)
-            .where(NotificationDelivery.tenant_id == tenant_id)
-            .order_by(NotificationDelivery.id.desc())
-            .limit(limit)
-        )
-    )
+    return newest_of_tenant(session, NotificationDelivery, NotificationDelivery.id, tenant_id, limit)
