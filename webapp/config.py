@@ -11,6 +11,7 @@ Config is the app's (web, worker, scheduler); ServerConfig is what gunicorn.conf
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -123,6 +124,17 @@ def _factory_path(path: str | None) -> str | None:
     if not module or not name.isidentifier():
         raise ValueError(f"must be package.module:factory, a function given the Config; got {path.strip()!r}")
     return path.strip()
+
+
+def named_by(path: str) -> Any:
+    """What a "package.module:name" path names (None if the module has no such name); ValueError if
+    the module cannot be imported."""
+    module_name, _, name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r} ({exc})") from None
+    return getattr(module, name, None)
 
 
 def _outbound_allow(value: Any) -> Any:

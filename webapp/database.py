@@ -1,12 +1,16 @@
-"""Engine settings that make SQLite behave under several processes, and PostgreSQL pool settings."""
+"""Engine settings that make SQLite behave under several processes, and PostgreSQL pool settings; and the
+queries by tenant that several features share."""
 
 from __future__ import annotations
 
 import select
 import time
+from typing import Any
 
-from sqlalchemy import event, exc
+import sqlalchemy
+from sqlalchemy import Select, event, exc
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 POOL_TIMEOUT_SECONDS = 600  # a full pool makes a request or a move wait for a connection, not fail
 # A PostgreSQL connection idle in the pool this long is pinged (a round trip) before it is handed out;
@@ -89,3 +93,19 @@ def _readable(dbapi_connection) -> bool:
     except (OSError, ValueError):  # closed already
         return True
     return bool(ready)
+
+
+def ids_by_tenant(session: Session, query: Select) -> dict[int, list[int]]:
+    """The ids a query of (tenant id, id) rows finds, by tenant, in the query's order."""
+    found: dict[int, list[int]] = {}
+    for tenant_id, row_id in session.execute(query):
+        found.setdefault(tenant_id, []).append(row_id)
+    return found
+
+
+def newest_of_tenant(
+    session: Session, model: type, newest_by: InstrumentedAttribute, tenant_id: int, limit: int
+) -> list[Any]:
+    """A tenant's rows of the model, the newest (highest newest_by) first, at most limit of them."""
+    query = sqlalchemy.select(model).where(model.tenant_id == tenant_id).order_by(newest_by.desc()).limit(limit)
+    return list(session.scalars(query))

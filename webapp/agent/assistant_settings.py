@@ -10,6 +10,7 @@ import re
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from webapp.database import newest_of_tenant
 from webapp.models import AssistantSettings
 
 MAX_REGISTER = 200
@@ -37,14 +38,7 @@ def current(session: Session, tenant_id: int) -> AssistantSettings | None:
 
 
 def history(session: Session, tenant_id: int, limit: int = 10) -> list[AssistantSettings]:
-    return list(
-        session.scalars(
-            select(AssistantSettings)
-            .where(AssistantSettings.tenant_id == tenant_id)
-            .order_by(AssistantSettings.version.desc())
-            .limit(limit)
-        )
-    )
+    return newest_of_tenant(session, AssistantSettings, AssistantSettings.version, tenant_id, limit)
 
 
 def save(

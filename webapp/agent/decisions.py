@@ -158,17 +158,9 @@ def decide(
         raise already_decided(session, call) from None
 
     if not approve:
-        settled = _compare_and_set(
-            session,
-            call,
-            status=CallStatus.REJECTED,
-            decided_by_id=reviewer.id,
-            decided_at=now,
-            decision_reason=reason,
-            result=wording.RESULT_REJECTED.format(who=who(reviewer), reason=reason),
-            is_error=True,
-            finished_at=now,
-        )
+        result = wording.RESULT_REJECTED.format(who=who(reviewer), reason=reason)
+        finished = {"result": result, "is_error": True, "finished_at": now}
+        settled = _settle(session, call, reviewer, now, CallStatus.REJECTED, reason, **finished)
     else:
         if edited_input is not None:
             _compare_and_set(
@@ -184,17 +176,20 @@ def decide(
         needed = max(call.approvals_required, 1)
         if len(approvals_so_far(session, call)) < needed:
             return None  # waits for more people
-        settled = _compare_and_set(
-            session,
-            call,
-            status=CallStatus.APPROVED,
-            decided_by_id=reviewer.id,
-            decided_at=now,
-            decision_reason=reason or None,
-        )
+        settled = _settle(session, call, reviewer, now, CallStatus.APPROVED, reason or None)
     if not settled:
         raise already_decided(session, call)
     return wake(session, conversation)
+
+
+def _settle(
+    session: Session, call: ToolCall, reviewer: User, now: datetime, status: str, reason: str | None, **values
+) -> bool:
+    """Mark the waiting call decided by the reviewer (with any other values); False if it was decided
+    meanwhile."""
+    return _compare_and_set(
+        session, call, status, decided_by_id=reviewer.id, decided_at=now, decision_reason=reason, **values
+    )
 
 
 def _compare_and_set(session: Session, call: ToolCall, status: str, **values) -> bool:

@@ -9,7 +9,6 @@ long as its endpoint is unchanged."""
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from sqlalchemy import case, exists, select
 from sqlalchemy.orm import Session
 
 from webapp import outbound
-from webapp.config import Config
+from webapp.config import Config, named_by
 from webapp.llm import keys
 from webapp.llm.client import BatchItemResult, BatchState, ModelClient, ModelError, ModelReply
 from webapp.llm.errors import EndpointError
@@ -61,12 +60,7 @@ def model_client(config: Config) -> ModelClient:
 def transport_factory(path: str) -> Callable[[Config], httpx2.BaseTransport]:
     """The factory MODEL_TRANSPORT names ("package.module:factory": given the Config, it returns the
     httpx2 transport of the default model client); ValueError says what is wrong with the name."""
-    module_name, _, name = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r} ({exc})") from None
-    factory = getattr(module, name, None)
+    factory = named_by(path)
     if not callable(factory):
         raise ValueError(f"{path!r} is not a function of the Config that returns an httpx2 transport")
     return factory

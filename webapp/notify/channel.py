@@ -18,6 +18,7 @@ from standardwebhooks import Webhook
 
 from webapp import outbound
 from webapp.config import Config
+from webapp.database import ids_by_tenant, newest_of_tenant
 from webapp.models import NotificationChannel, NotificationDelivery
 from webapp.secrets import sealing
 
@@ -125,24 +126,13 @@ def channels(session: Session, tenant_id: int) -> dict[str, NotificationChannel]
 
 
 def channel_ids_by_tenant(session: Session, tenant_ids: set[int]) -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    if tenant_ids:
-        rows = session.execute(
-            select(NotificationChannel.tenant_id, NotificationChannel.id)
-            .where(NotificationChannel.tenant_id.in_(tenant_ids))
-            .order_by(NotificationChannel.id)
-        )
-        for tenant_id, channel_id in rows:
-            found.setdefault(tenant_id, []).append(channel_id)
-    return found
+    if not tenant_ids:
+        return {}
+    query = select(NotificationChannel.tenant_id, NotificationChannel.id).where(
+        NotificationChannel.tenant_id.in_(tenant_ids)
+    )
+    return ids_by_tenant(session, query.order_by(NotificationChannel.id))
 
 
 def recent_deliveries(session: Session, tenant_id: int, limit: int = 50) -> list[NotificationDelivery]:
-    return list(
-        session.scalars(
-            select(NotificationDelivery)
-            .where(NotificationDelivery.tenant_id == tenant_id)
-            .order_by(NotificationDelivery.id.desc())
-            .limit(limit)
-        )
-    )
+    return newest_of_tenant(session, NotificationDelivery, NotificationDelivery.id, tenant_id, limit)

@@ -9,7 +9,6 @@ an invalid task, oversized output) becomes an error result for the model, never 
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import re
@@ -22,6 +21,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
+from webapp.config import named_by
 from webapp.tools.presenting import arguments
 from webapp.tools.tasks import CANCELLED, COMPLETED, Task, TaskError
 
@@ -430,12 +430,7 @@ class ToolRegistry:
 def load_tools(entry: str) -> list[type[Tool]]:
     """The Tool classes named by "package.module:Name" (an EXTRA_TOOLS entry): a Tool class, or a pack's
     list or tuple of them (`demo.billing:TOOLS`); ValueError says what is wrong."""
-    module_name, _, name = entry.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r} ({exc})") from None
-    found = getattr(module, name, None)
+    found = named_by(entry)
     tools = list(found) if isinstance(found, list | tuple) else [found]
     if not tools or not all(isinstance(tool, type) and issubclass(tool, Tool) for tool in tools):
         raise ValueError(f"{entry!r} is not a Tool class, nor a list of them")

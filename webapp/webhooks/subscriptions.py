@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from webapp import audit_chain
 from webapp.config import Config
+from webapp.database import ids_by_tenant
 from webapp.models import AuditHead, User, WebhookDelivery, WebhookSubscription, utcnow
 from webapp.notify import ChannelError, new_secret, webhook_url
 from webapp.secrets import sealing
@@ -108,15 +109,9 @@ def unsubscribe(session: Session, actor: User, subscription: WebhookSubscription
 
 def tenants_subscribed(session: Session) -> dict[int, list[int]]:
     """Every tenant with a subscription in force, and their ids."""
-    found: dict[int, list[int]] = {}
-    rows = session.execute(
-        select(WebhookSubscription.tenant_id, WebhookSubscription.id)
-        .where(WebhookSubscription.deleted_at.is_(None))
-        .order_by(WebhookSubscription.id)
-    )
-    for tenant_id, subscription_id in rows:
-        found.setdefault(tenant_id, []).append(subscription_id)
-    return found
+    in_force = WebhookSubscription.deleted_at.is_(None)
+    query = select(WebhookSubscription.tenant_id, WebhookSubscription.id).where(in_force)
+    return ids_by_tenant(session, query.order_by(WebhookSubscription.id))
 
 
 def with_work(session: Session, now: datetime) -> list[int]:
