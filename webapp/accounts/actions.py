@@ -235,9 +235,9 @@ def decide_role_change(
     """A second admin's (or an operator's) decision on a waiting role change: "approve" gives the
     role (role_change_decided, then user_roles_changed naming who asked and who approved), "reject"
     (with a reason) leaves the person without it. `decider` None is the operator's command line
-    (`actor_label` says so). Refused: 404 another tenant's or no such change, 403 a decider the asker's
-    account may hold or who may hold the asker's (four_eyes.why_not_decide), 409 decided already, 422
-    a bad decision or a rejection without a reason."""
+    (`actor_label` says so). AccountRefused: missing, another tenant's or no such change; forbidden, a
+    decider the asker's account may hold or who may hold the asker's (four_eyes.why_not_decide);
+    conflict, decided already; invalid, a bad decision or a rejection without a reason."""
     change = find_role_change(session, decider, change_id, lock=True)
     four_eyes.still_waiting(change, role_change_said, AccountRefused)
     if decider is not None:
@@ -281,7 +281,7 @@ def role_change_why(change: RoleChange) -> str:
 
 
 def role_change_said(change: RoleChange) -> str:
-    """Why a role change can no longer be decided, in words whose "{at}" is when (Refused's `at`)."""
+    """Why a role change can no longer be decided, in words whose "{at}" is when (the refusal's `at`)."""
     at = " at {at}" if change.decided_at else ""
     if change.status == "withdrawn":
         return f"This role change was withdrawn by the admin who asked for it{at}."

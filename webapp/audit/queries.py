@@ -363,7 +363,7 @@ def timeline(session: Session, tenant_id: int, conversation_id: int, limit: int 
 
 def api_page(session: Session, user: User, args: Mapping[str, str]) -> dict:
     """GET /api/audit: the filtered events, newest first, `limit` per page from `cursor` on, with
-    `next_cursor` (None on the last page). Bad filters raise Refused 422 naming each problem."""
+    `next_cursor` (None on the last page). Bad filters raise AuditRefused (invalid) naming each problem."""
     asked = read_query(args, api=True)
     if asked.errors:
         raise AuditRefused("invalid", "invalid_filter", " ".join(asked.errors))

@@ -74,7 +74,7 @@ def _refuse_a_reading_that_loosens(
     now_read: dict,
     policy: Callable[[policies.Policy], dict] | None,
 ) -> None:
-    """Refused (409, nothing kept) when the declaration changes what the tool's policy reads (the
+    """SettingsRefused (a conflict, nothing kept) when the declaration changes what the tool's policy reads (the
     amount's argument or unit, the subject) while that policy lets some calls run by what it reads: a
     call would then run on other numbers with no second admin. The policy that counts is the one in
     force after this request: one asked with it that tightens at once (always wait) lets it through."""

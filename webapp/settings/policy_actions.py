@@ -110,9 +110,9 @@ def decide(
 ) -> Saved:
     """A second admin's (or an operator's) decision on a waiting change: "approve" puts it in force,
     "reject" (with a reason) leaves the policy as it is. `decider` None is the operator's command
-    line. Refused: 404 another tenant's or no such change, 403 the admin who asked, 409 decided
-    already or the policy changed since, 422 a rejection without a reason or a change that no longer
-    passes the policy's checks (an operator lowered the ceiling since)."""
+    line. SettingsRefused: missing, another tenant's or no such change; forbidden, the admin who asked;
+    conflict, decided already or the policy changed since; invalid, a rejection without a reason or a
+    change that no longer passes the policy's checks (an operator lowered the ceiling since)."""
     change = find_change(session, decider, change_id, lock=True)
     four_eyes.still_waiting(change, already_said, SettingsRefused)
     if decider is not None and decider.id == change.requested_by_id:
@@ -205,7 +205,7 @@ def admin_count(session: Session, tenant_id: int) -> int:
 
 
 def already_said(change: PolicyChange) -> str:
-    """Why a change can no longer be decided, in words whose "{at}" is when it was (Refused's `at`)."""
+    """Why a change can no longer be decided, in words whose "{at}" is when it was (the refusal's `at`)."""
     who = change.decided_by.label if change.decided_by else (change.decided_by_label or "the desk")
     at = " at {at}" if change.decided_at else ""
     if change.status == "superseded":

@@ -1,6 +1,6 @@
 """What tenant admins do with their event webhooks, for the API (and the Notifications page): subscribe,
 remove, read the delivery log, send a delivery again. Each change is audited and committed; what
-cannot be done is a Refused saying what to fix, with nothing written (an address the outbound guard
+cannot be done is a SettingsRefused saying what to fix, with nothing written (an address the outbound guard
 refuses is audited, as for every door to the outside). The events and their delivery are
 webapp/webhooks/."""
 
